@@ -1,0 +1,49 @@
+// Per-SA and engine-wide packet, byte and drop counters. Relaxed atomics: each counter is
+// independent, and readers (status, query_sa) only need eventually consistent totals.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "esp/drop_reason.h"
+
+namespace espgw::esp {
+
+class DropCounters {
+ public:
+  void count(DropReason reason) {
+    drops_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t drops(DropReason reason) const {
+    return drops_[static_cast<size_t>(reason)].load(std::memory_order_relaxed);
+  }
+  uint64_t total_drops() const {
+    uint64_t sum = 0;
+    for (size_t i = 1; i < kDropReasonCount; ++i) sum += drops_[i].load(std::memory_order_relaxed);
+    return sum;
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, kDropReasonCount> drops_{};
+};
+
+// Bytes count the inner (plaintext) packets, as the kernel's XFRM byte lifetimes do.
+class SaCounters : public DropCounters {
+ public:
+  void count_packet(uint64_t inner_bytes) {
+    packets_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(inner_bytes, std::memory_order_relaxed);
+  }
+  uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> packets_{0};
+  std::atomic<uint64_t> bytes_{0};
+};
+
+// Drops that happen before an SA is known (unparseable outer header, unknown SPI).
+using EngineCounters = DropCounters;
+
+}  // namespace espgw::esp

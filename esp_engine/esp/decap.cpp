@@ -1,0 +1,124 @@
+#include "esp/decap.h"
+
+#include "esp/esp_format.h"
+#include "util/byte_order.h"
+
+namespace espgw::esp {
+
+namespace {
+
+DropReason drop(SaCounters& counters, DropReason reason) {
+  counters.count(reason);
+  return reason;
+}
+
+DropReason replay_reason(ReplayWindow::Verdict verdict) {
+  return verdict == ReplayWindow::Verdict::replayed ? DropReason::replayed
+                                                    : DropReason::outside_window;
+}
+
+// Checks the decrypted inner packet against its next-header value and returns its length
+// as stated by its own header; anything after that is TFC padding (RFC 4303 2.7).
+DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header, size_t& length,
+                        IpAddress& source, IpAddress& destination) {
+  if (next_header == kProtocolIpv4) {
+    if (available < kIpv4HeaderLength || p[0] >> 4 != 4) return DropReason::inner_malformed;
+    length = load_be16(p + 2);
+    if ((size_t{p[0]} & 0x0F) * 4 < kIpv4HeaderLength || length < (size_t{p[0]} & 0x0F) * 4 ||
+        length > available)
+      return DropReason::inner_malformed;
+    source = IpAddress::v4(p + 12);
+    destination = IpAddress::v4(p + 16);
+    return DropReason::none;
+  }
+  if (available < kIpv6HeaderLength || p[0] >> 4 != 6) return DropReason::inner_malformed;
+  // A payload length of 0 would mean a jumbogram, which cannot fit in ESP anyway.
+  length = load_be16(p + 4) + kIpv6HeaderLength;
+  if (length == kIpv6HeaderLength && p[6] != kProtocolNoNext) return DropReason::inner_malformed;
+  if (length > available) return DropReason::inner_malformed;
+  source = IpAddress::v6(p + 8);
+  destination = IpAddress::v6(p + 24);
+  return DropReason::none;
+}
+
+}  // namespace
+
+DropReason decap_prepare(const InboundSaTable& table, EngineCounters& engine,
+                         const PacketBuffer& packet, PreparedDecap& prepared) {
+  const uint8_t* p = packet.data();
+  if (packet.size() < kEspHeaderLength) {
+    engine.count(DropReason::too_short);
+    return DropReason::too_short;
+  }
+  prepared.sa = table.find(load_be32(p));
+  if (!prepared.sa) {
+    engine.count(DropReason::no_sa);
+    return DropReason::no_sa;
+  }
+  InboundSa& sa = *prepared.sa;
+  if (packet.size() < kMinEspPacketLength) return drop(sa.counters(), DropReason::too_short);
+  // Encrypted part must keep the 4-byte alignment the sender's padding guarantees.
+  const size_t ciphertext = packet.size() - kEspHeaderLength - kExplicitIvLength - kIcvLength;
+  if (ciphertext % kPayloadAlignment != 0) return drop(sa.counters(), DropReason::malformed);
+
+  const auto candidate = sa.replay_window().check(load_be32(p + 4));
+  if (candidate.verdict != ReplayWindow::Verdict::accept)
+    return drop(sa.counters(), replay_reason(candidate.verdict));
+  prepared.sequence = candidate.sequence;
+  return DropReason::none;
+}
+
+DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet) {
+  uint8_t* esp = packet.data();
+  uint8_t* payload = esp + kEspHeaderLength + kExplicitIvLength;
+  const size_t payload_length = packet.size() - kEspHeaderLength - kExplicitIvLength - kIcvLength;
+  if (!prepared.sa->crypto().open(prepared.sequence, esp + kEspHeaderLength, payload,
+                                  payload_length, payload + payload_length))
+    return drop(prepared.sa->counters(), DropReason::icv_failure);
+  return DropReason::none;
+}
+
+DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
+  InboundSa& sa = *prepared.sa;
+  // Only now, with the ICV verified, may the window move (RFC 4303 3.4.3).
+  const auto verdict = sa.replay_window().commit(prepared.sequence);
+  if (verdict != ReplayWindow::Verdict::accept) return drop(sa.counters(), replay_reason(verdict));
+
+  packet.pull_front(kEspHeaderLength + kExplicitIvLength);
+  packet.trim_back(kIcvLength);
+  const uint8_t* p = packet.data();
+  const size_t payload_length = packet.size();
+  const uint8_t pad_length = p[payload_length - 2];
+  const uint8_t next_header = p[payload_length - 1];
+  if (size_t{pad_length} + kEspTrailerLength > payload_length)
+    return drop(sa.counters(), DropReason::bad_padding);
+  const size_t data_length = payload_length - kEspTrailerLength - pad_length;
+  for (size_t i = 0; i < pad_length; ++i)
+    if (p[data_length + i] != static_cast<uint8_t>(i + 1))
+      return drop(sa.counters(), DropReason::bad_padding);
+
+  if (next_header == kProtocolNoNext) return drop(sa.counters(), DropReason::dummy_packet);
+  if (next_header != kProtocolIpv4 && next_header != kProtocolIpv6)
+    return drop(sa.counters(), DropReason::bad_next_header);
+
+  size_t length = 0;
+  IpAddress source, destination;
+  const DropReason inner = inner_length(p, data_length, next_header, length, source, destination);
+  if (inner != DropReason::none) return drop(sa.counters(), inner);
+  if (!sa.selectors_allow(source, destination))
+    return drop(sa.counters(), DropReason::policy_mismatch);
+
+  packet.narrow(0, length);
+  sa.counters().count_packet(length);
+  return DropReason::none;
+}
+
+DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet) {
+  PreparedDecap prepared;
+  DropReason reason = decap_prepare(table, engine, packet, prepared);
+  if (reason == DropReason::none) reason = decap_open(prepared, packet);
+  if (reason == DropReason::none) reason = decap_finish(prepared, packet);
+  return reason;
+}
+
+}  // namespace espgw::esp

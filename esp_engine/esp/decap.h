@@ -1,0 +1,38 @@
+// ESP tunnel-mode decapsulation (RFC 4303 3.4), in place in a PacketBuffer.
+//
+// The checks run in the RFC's order: SPI -> SA, anti-replay pre-check, ICV verification,
+// anti-replay update, padding, next header, inner packet. They are split in three steps
+// so that a pipeline can verify many packets of one SA in parallel and serialise only the
+// replay-window commit: prepare() (lookup, pre-check), open() (the AEAD work, any thread),
+// finish() (commit and everything after it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "esp/counters.h"
+#include "esp/drop_reason.h"
+#include "esp/inbound_sa_table.h"
+#include "esp/packet_buffer.h"
+
+namespace espgw::esp {
+
+struct PreparedDecap {
+  std::shared_ptr<InboundSa> sa;  // keeps the SA alive while the packet is in flight
+  uint64_t sequence = 0;          // full sequence number, ESN high bits inferred
+};
+
+// `packet` holds an ESP packet starting at the SPI. Drops before the SA is known count
+// on `engine`, later ones on the SA.
+DropReason decap_prepare(const InboundSaTable& table, EngineCounters& engine,
+                         const PacketBuffer& packet, PreparedDecap& prepared);
+// Verifies the ICV and decrypts in place. Safe to call concurrently.
+DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
+// Commits the sequence number, checks the trailer and the inner packet, and narrows
+// `packet` to the inner packet (TFC padding removed). Counts the result.
+DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet);
+
+// All three steps on the calling thread.
+DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet);
+
+}  // namespace espgw::esp

@@ -1,0 +1,181 @@
+#include "esp/encap.h"
+
+#include <cstring>
+
+#include "esp/checksum.h"
+#include "esp/esp_format.h"
+#include "util/byte_order.h"
+
+namespace espgw::esp {
+
+namespace {
+
+struct InnerSummary {
+  uint8_t next_header;    // 4 or 41
+  uint8_t traffic_class;  // copied to the outer header (DSCP and ECN, RFC 6040 normal mode)
+  bool dont_fragment;
+};
+
+DropReason summarize_inner(const PacketBuffer& packet, InnerSummary& summary) {
+  const uint8_t* p = packet.data();
+  const size_t length = packet.size();
+  if (length == 0) return DropReason::too_short;
+  switch (p[0] >> 4) {
+    case 4: {
+      if (length < kIpv4HeaderLength) return DropReason::too_short;
+      const size_t header_length = (size_t{p[0]} & 0x0F) * 4;
+      if (header_length < kIpv4HeaderLength || load_be16(p + 2) != length || header_length > length)
+        return DropReason::inner_malformed;
+      summary = {kProtocolIpv4, p[1], (p[6] & 0x40) != 0};
+      return DropReason::none;
+    }
+    case 6:
+      if (length < kIpv6HeaderLength) return DropReason::too_short;
+      if (load_be16(p + 4) + kIpv6HeaderLength != length) return DropReason::inner_malformed;
+      // IPv6 routers never fragment, so the outer header says the same (RFC 4301 8.1).
+      summary = {kProtocolIpv6, static_cast<uint8_t>((p[0] << 4) | (p[1] >> 4)), true};
+      return DropReason::none;
+    default:
+      return DropReason::inner_not_ip;
+  }
+}
+
+void write_outer_ipv4(OutboundSa& sa, uint8_t* h, size_t total_length, uint8_t protocol,
+                      const InnerSummary& inner) {
+  const SaConfig& c = sa.config();
+  h[0] = 0x45;
+  h[1] = inner.traffic_class;
+  store_be16(h + 2, static_cast<uint16_t>(total_length));
+  store_be16(h + 4, sa.next_ip_id());
+  store_be16(h + 6, inner.dont_fragment ? 0x4000 : 0);  // RFC 4301 8.1: copy DF
+  h[8] = 64;
+  h[9] = protocol;
+  store_be16(h + 10, 0);
+  std::memcpy(h + 12, c.tunnel_source.bytes.data(), 4);
+  std::memcpy(h + 16, c.tunnel_destination.bytes.data(), 4);
+  store_be16(h + 10, ipv4_header_checksum(h, kIpv4HeaderLength));
+}
+
+void write_outer_ipv6(const OutboundSa& sa, uint8_t* h, size_t payload_length, uint8_t protocol,
+                      const InnerSummary& inner) {
+  const SaConfig& c = sa.config();
+  store_be32(h, (uint32_t{6} << 28) | (uint32_t{inner.traffic_class} << 20));
+  store_be16(h + 4, static_cast<uint16_t>(payload_length));
+  h[6] = protocol;
+  h[7] = 64;
+  std::memcpy(h + 8, c.tunnel_source.bytes.data(), 16);
+  std::memcpy(h + 24, c.tunnel_destination.bytes.data(), 16);
+}
+
+}  // namespace
+
+size_t encap_headroom(const SaConfig& config, OuterHeaders outer) {
+  size_t room = kEspHeaderLength + kExplicitIvLength;
+  if (outer == OuterHeaders::include) {
+    room += config.tunnel_source.family == 6 ? kIpv6HeaderLength : kIpv4HeaderLength;
+    if (config.udp_encapsulation) room += kUdpHeaderLength;
+  }
+  return room;
+}
+
+size_t encap_tailroom() {
+  return kPayloadAlignment - 1 + kEspTrailerLength + kIcvLength;
+}
+
+DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                         PreparedEncap& prepared) {
+  const SaConfig& config = sa.config();
+  InnerSummary inner{};
+  DropReason reason = summarize_inner(packet, inner);
+  if (reason == DropReason::none &&
+      (packet.headroom() < encap_headroom(config, outer) || packet.tailroom() < encap_tailroom()))
+    reason = DropReason::no_buffer_space;
+
+  const size_t inner_length = packet.size();
+  const size_t padding =
+      (kPayloadAlignment - (inner_length + kEspTrailerLength) % kPayloadAlignment) %
+      kPayloadAlignment;
+  const size_t payload_length = inner_length + padding + kEspTrailerLength;
+  const size_t esp_length = kEspHeaderLength + kExplicitIvLength + payload_length + kIcvLength;
+  const bool udp = config.udp_encapsulation.has_value();
+  const bool ipv6_outer = config.tunnel_source.family == 6;
+  const size_t outer_length =
+      outer == OuterHeaders::include
+          ? (ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength) + (udp ? kUdpHeaderLength : 0)
+          : 0;
+  // IPv4 total length and IPv6 payload length are both 16-bit fields.
+  const size_t length_field =
+      esp_length + (udp ? kUdpHeaderLength : 0) + (ipv6_outer ? 0 : kIpv4HeaderLength);
+  if (reason == DropReason::none && length_field > 0xFFFF) reason = DropReason::too_big;
+
+  // The sequence number is taken last, once nothing else can fail, so that a number is
+  // only consumed by a packet that will be sent.
+  std::optional<uint64_t> sequence;
+  if (reason == DropReason::none) {
+    sequence = sa.next_sequence();
+    if (!sequence) reason = DropReason::sequence_exhausted;
+  }
+  if (reason != DropReason::none) {
+    sa.counters().count(reason);
+    return reason;
+  }
+
+  // Trailer: padding 1, 2, 3, ... (RFC 4303 2.4), pad length, next header.
+  uint8_t* trailer = packet.push_back(padding + kEspTrailerLength);
+  for (size_t i = 0; i < padding; ++i) trailer[i] = static_cast<uint8_t>(i + 1);
+  trailer[padding] = static_cast<uint8_t>(padding);
+  trailer[padding + 1] = inner.next_header;
+  packet.push_back(kIcvLength);  // filled by seal
+
+  // ESP header and explicit IV. The IV is the 64-bit sequence number: unique per SA for
+  // its whole life (sequence numbers never repeat), which is all GCM and ChaCha20 need.
+  uint8_t* esp = packet.push_front(kEspHeaderLength + kExplicitIvLength);
+  store_be32(esp, config.spi);
+  store_be32(esp + 4, static_cast<uint32_t>(*sequence));
+  store_be64(esp + kEspHeaderLength, *sequence);
+
+  prepared = {*sequence, outer_length, inner_length, payload_length, false};
+  if (outer == OuterHeaders::omit) return DropReason::none;
+
+  if (udp) {
+    uint8_t* u = packet.push_front(kUdpHeaderLength);
+    store_be16(u, config.udp_encapsulation->source_port);
+    store_be16(u + 2, config.udp_encapsulation->destination_port);
+    store_be16(u + 4, static_cast<uint16_t>(kUdpHeaderLength + esp_length));
+    store_be16(u + 6, 0);  // RFC 3948 over IPv4: checksum 0; over IPv6 filled by seal
+    prepared.udp6_checksum = ipv6_outer;
+  }
+  const uint8_t protocol = udp ? kProtocolUdp : kProtocolEsp;
+  if (ipv6_outer) {
+    const size_t payload_length_field = packet.size();
+    write_outer_ipv6(sa, packet.push_front(kIpv6HeaderLength), payload_length_field, protocol,
+                     inner);
+  } else {
+    uint8_t* header = packet.push_front(kIpv4HeaderLength);
+    write_outer_ipv4(sa, header, packet.size(), protocol, inner);
+  }
+  return DropReason::none;
+}
+
+void encap_seal(OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared) {
+  uint8_t* esp = packet.data() + prepared.esp_offset;
+  uint8_t* payload = esp + kEspHeaderLength + kExplicitIvLength;
+  sa.crypto().seal(prepared.sequence, esp + kEspHeaderLength, payload, prepared.payload_length,
+                   payload + prepared.payload_length);
+  if (prepared.udp6_checksum) {
+    uint8_t* ip = packet.data();
+    uint8_t* udp = ip + kIpv6HeaderLength;
+    const size_t udp_length = packet.size() - kIpv6HeaderLength;
+    store_be16(udp + 6, udp6_checksum(ip + 8, ip + 24, udp, udp_length));
+  }
+  sa.counters().count_packet(prepared.inner_length);
+}
+
+DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer) {
+  PreparedEncap prepared;
+  const DropReason reason = encap_prepare(sa, packet, outer, prepared);
+  if (reason == DropReason::none) encap_seal(sa, packet, prepared);
+  return reason;
+}
+
+}  // namespace espgw::esp

@@ -1,0 +1,47 @@
+// ESP tunnel-mode encapsulation (RFC 4303 3.3), in place in a PacketBuffer.
+//
+// Split in two steps so that a pipeline can run them on different threads: prepare()
+// takes the sequence number and writes every header and the trailer (cheap, in order),
+// seal() does the AEAD work (expensive, any thread, any order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "esp/drop_reason.h"
+#include "esp/packet_buffer.h"
+#include "esp/security_association.h"
+
+namespace espgw::esp {
+
+enum class OuterHeaders : uint8_t {
+  include,  // outer IPv4/IPv6 (+ UDP when the SA asks for it): a complete IP packet
+  omit,     // ESP only, starting at the SPI: for a socket that adds the outer headers
+};
+
+struct PreparedEncap {
+  uint64_t sequence = 0;
+  size_t esp_offset = 0;      // offset of the SPI within the buffer's view
+  size_t inner_length = 0;    // plaintext inner packet bytes, for the counters
+  size_t payload_length = 0;  // inner + padding + trailer: what gets encrypted
+  bool udp6_checksum = false;
+};
+
+// The buffer must hold exactly one IPv4 or IPv6 packet. On success it holds the headers
+// and trailer around the (still plaintext) payload. On failure the reason is counted on
+// the SA and the buffer is unchanged.
+DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                         PreparedEncap& prepared);
+// Encrypts the payload, writes the ICV, finishes the outer UDP checksum over IPv6 and
+// counts the packet. Safe to call concurrently for different packets of one SA.
+void encap_seal(OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
+
+// prepare + seal on the calling thread.
+DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet,
+                       OuterHeaders outer = OuterHeaders::include);
+
+// Bytes of headroom and tailroom encapsulation needs.
+size_t encap_headroom(const SaConfig& config, OuterHeaders outer);
+size_t encap_tailroom();
+
+}  // namespace espgw::esp

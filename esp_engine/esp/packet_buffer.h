@@ -1,0 +1,81 @@
+// A packet in a single contiguous buffer with headroom and tailroom, so that ESP can be
+// added and removed in place: encapsulation prepends headers and appends the trailer
+// around the inner packet, decapsulation strips them again, and no payload byte is copied.
+#pragma once
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+
+namespace espgw::esp {
+
+class PacketBuffer {
+ public:
+  // Room for outer IPv6 + UDP + ESP header + IV (72 bytes), rounded to a cache line.
+  static constexpr size_t kDefaultHeadroom = 128;
+  static constexpr size_t kDefaultCapacity = 2048;
+
+  explicit PacketBuffer(size_t capacity = kDefaultCapacity, size_t headroom = kDefaultHeadroom)
+      : storage_(new uint8_t[capacity]), capacity_(capacity), head_(headroom), length_(0) {
+    assert(headroom <= capacity);
+  }
+
+  uint8_t* data() { return storage_.get() + head_; }
+  const uint8_t* data() const { return storage_.get() + head_; }
+  size_t size() const { return length_; }
+  std::span<uint8_t> bytes() { return {data(), length_}; }
+  std::span<const uint8_t> bytes() const { return {data(), length_}; }
+  size_t headroom() const { return head_; }
+  size_t tailroom() const { return capacity_ - head_ - length_; }
+  size_t capacity() const { return capacity_; }
+
+  // Replaces the contents with `packet`, placed after `headroom` bytes. False if it does
+  // not fit.
+  bool assign(std::span<const uint8_t> packet, size_t headroom = kDefaultHeadroom) {
+    if (headroom > capacity_ || packet.size() > capacity_ - headroom) return false;
+    head_ = headroom;
+    length_ = packet.size();
+    if (!packet.empty()) std::memcpy(data(), packet.data(), packet.size());
+    return true;
+  }
+
+  // Callers check headroom()/tailroom() first; these only assert.
+  uint8_t* push_front(size_t n) {
+    assert(n <= head_);
+    head_ -= n;
+    length_ += n;
+    return data();
+  }
+  uint8_t* push_back(size_t n) {
+    assert(n <= tailroom());
+    uint8_t* tail = data() + length_;
+    length_ += n;
+    return tail;
+  }
+  void pull_front(size_t n) {
+    assert(n <= length_);
+    head_ += n;
+    length_ -= n;
+  }
+  void trim_back(size_t n) {
+    assert(n <= length_);
+    length_ -= n;
+  }
+  // Sets the view to [offset, offset + length) of the current view.
+  void narrow(size_t offset, size_t length) {
+    assert(offset + length <= length_);
+    head_ += offset;
+    length_ = length;
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> storage_;
+  size_t capacity_;
+  size_t head_;
+  size_t length_;
+};
+
+}  // namespace espgw::esp

@@ -1,0 +1,59 @@
+// RFC 4303 anti-replay with the RFC 6479 bitmap: a ring of 64-bit blocks indexed by
+// sequence number, so advancing the window clears whole blocks instead of shifting bits.
+// ESN high-order bits are inferred as in RFC 4303 Appendix A.
+//
+// Built for a receiver with many packets in flight: check() is a lock-free pre-check run
+// before decryption (it may only be wrong in the safe direction for a racing packet, which
+// commit() then catches), and commit() is the authoritative test-and-set, run after the
+// ICV has been verified, under a per-SA spin lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "util/spin_lock.h"
+
+namespace espgw::esp {
+
+class ReplayWindow {
+ public:
+  enum class Verdict : uint8_t { accept, replayed, outside_window };
+
+  struct Candidate {
+    uint64_t sequence;  // full 64-bit sequence number (high bits inferred with ESN)
+    Verdict verdict;
+  };
+
+  static constexpr uint32_t kMaxSize = 65536;
+
+  // `size` is the number of sequence numbers accepted below the highest one seen; it is
+  // rounded up to a multiple of 64. 0 disables replay protection (RFC 4303 allows it for
+  // manually keyed SAs); sequence numbers are then still tracked for ESN inference.
+  // Throws std::invalid_argument above kMaxSize.
+  ReplayWindow(uint32_t size, bool esn);
+
+  uint32_t size() const { return size_; }
+  bool esn() const { return esn_; }
+  // Highest sequence number committed so far (0 before the first packet).
+  uint64_t highest() const { return top_.load(std::memory_order_acquire); }
+
+  // Infers the full sequence number from the 32 bits on the wire and checks it against
+  // the current window without modifying it.
+  Candidate check(uint32_t sequence_low) const;
+  // Records `sequence` as received. Returns accept exactly once per sequence number.
+  Verdict commit(uint64_t sequence);
+
+ private:
+  Verdict verdict_for(uint64_t sequence, uint64_t top) const;
+  uint64_t infer_sequence(uint32_t sequence_low, uint64_t top) const;
+
+  uint32_t size_;
+  bool esn_;
+  uint32_t block_mask_;  // number of blocks - 1 (a power of two)
+  std::atomic<uint64_t> top_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> blocks_;
+  SpinLock commit_lock_;
+};
+
+}  // namespace espgw::esp

@@ -1,0 +1,110 @@
+#include "esp/security_association.h"
+
+#include <string.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "util/byte_order.h"
+
+namespace espgw::esp {
+
+namespace {
+constexpr uint64_t kLastSequenceWithoutEsn = 0xFFFFFFFFull;
+constexpr uint64_t kLastSequenceWithEsn = ~uint64_t{0};
+
+const SaConfig& validated(const SaConfig& config) {
+  if (config.spi == 0) throw std::invalid_argument("SPI 0 is reserved");
+  const size_t expected = crypto::key_material_length(config.algorithm);
+  if (config.key_material.size() != expected)
+    throw std::invalid_argument(
+        "key material for " + std::string(crypto::algorithm_name(config.algorithm)) + " must be " +
+        std::to_string(expected) + " bytes (key followed by the 4-byte salt), got " +
+        std::to_string(config.key_material.size()));
+  if (config.tunnel_source.family != config.tunnel_destination.family ||
+      (config.tunnel_source.family != 4 && config.tunnel_source.family != 6))
+    throw std::invalid_argument("tunnel endpoints must both be IPv4 or both IPv6");
+  return config;
+}
+}  // namespace
+
+SaCrypto::SaCrypto(const SaConfig& config, const crypto::CryptoBackend& backend)
+    : spi_(config.spi), esn_(config.esn), algorithm_(config.algorithm) {
+  const size_t key_length = crypto::cipher_key_length(config.algorithm);
+  if (config.key_material.size() != key_length + crypto::kSaltLength)
+    throw std::invalid_argument("key material has the wrong length");
+  memcpy(salt_, config.key_material.data() + key_length, crypto::kSaltLength);
+  key_ = backend.make_key(config.algorithm, {config.key_material.data(), key_length});
+}
+
+SaCrypto::~SaCrypto() {
+  explicit_bzero(salt_, sizeof salt_);
+}
+
+size_t SaCrypto::make_aad(uint64_t sequence, uint8_t* aad) const {
+  // RFC 4106 5 / RFC 7634 3: SPI || seq (32 bits), or SPI || seq-high || seq-low with ESN.
+  store_be32(aad, spi_);
+  if (esn_) {
+    store_be64(aad + 4, sequence);
+    return 12;
+  }
+  store_be32(aad + 4, static_cast<uint32_t>(sequence));
+  return 8;
+}
+
+void SaCrypto::seal(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
+                    uint8_t* icv) const {
+  uint8_t nonce[crypto::kNonceLength];
+  uint8_t aad[12];
+  memcpy(nonce, salt_, crypto::kSaltLength);
+  memcpy(nonce + crypto::kSaltLength, iv, 8);
+  const size_t aad_length = make_aad(sequence, aad);
+  key_->seal(nonce, aad, aad_length, data, data, length, icv);
+}
+
+bool SaCrypto::open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
+                    const uint8_t* icv) const {
+  uint8_t nonce[crypto::kNonceLength];
+  uint8_t aad[12];
+  memcpy(nonce, salt_, crypto::kSaltLength);
+  memcpy(nonce + crypto::kSaltLength, iv, 8);
+  const size_t aad_length = make_aad(sequence, aad);
+  return key_->open(nonce, aad, aad_length, data, data, length, icv);
+}
+
+OutboundSa::OutboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)
+    : config_(validated(config)), crypto_(config_, backend) {}
+
+std::optional<uint64_t> OutboundSa::next_sequence() {
+  const uint64_t limit = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
+  // A compare-exchange rather than fetch_add, so the counter can park at 0 ("exhausted")
+  // instead of wrapping: a wrapped counter would hand out a number a second time.
+  // Relaxed is enough: uniqueness comes from the atomic read-modify-write itself.
+  uint64_t sequence = next_sequence_.load(std::memory_order_relaxed);
+  do {
+    if (sequence == 0 || sequence > limit) return std::nullopt;
+  } while (!next_sequence_.compare_exchange_weak(sequence, sequence == limit ? 0 : sequence + 1,
+                                                 std::memory_order_relaxed));
+  return sequence;
+}
+
+uint64_t OutboundSa::last_sequence() const {
+  const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
+  return next == 0 ? (config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn) : next - 1;
+}
+
+InboundSa::InboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)
+    : config_(validated(config)),
+      crypto_(config_, backend),
+      replay_window_(config_.replay_window, config_.esn) {}
+
+bool InboundSa::selectors_allow(const IpAddress& inner_source,
+                                const IpAddress& inner_destination) const {
+  if (config_.selectors.empty()) return true;
+  for (const auto& selector : config_.selectors)
+    if (selector.remote.contains(inner_source) && selector.local.contains(inner_destination))
+      return true;
+  return false;
+}
+
+}  // namespace espgw::esp

@@ -1,0 +1,123 @@
+// Security associations as the data path sees them: the configuration charon (or a static
+// SA file) provides, plus the run-time state each direction needs. An SA is one-way
+// (RFC 4301): OutboundSa owns the sequence-number counter, InboundSa the replay window.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "crypto/aead.h"
+#include "esp/counters.h"
+#include "esp/ip_address.h"
+#include "esp/replay_window.h"
+
+namespace espgw::esp {
+
+struct UdpEncapsulation {  // RFC 3948
+  uint16_t source_port = 4500;
+  uint16_t destination_port = 4500;
+};
+
+// Inner addresses an inbound SA may carry (RFC 4301 5.2: the decrypted packet must
+// match the SA's selectors). Protocol and ports are not checked yet.
+struct TrafficSelector {
+  IpPrefix remote;  // inner source
+  IpPrefix local;   // inner destination
+};
+
+struct SaConfig {
+  uint32_t spi = 0;
+  crypto::AeadAlgorithm algorithm = crypto::AeadAlgorithm::aes_gcm_128;
+  std::vector<uint8_t> key_material;  // cipher key followed by the 4-byte salt
+  bool esn = false;
+  // Outer header addresses: source = the sender of this SA's packets.
+  IpAddress tunnel_source;
+  IpAddress tunnel_destination;
+  std::optional<UdpEncapsulation> udp_encapsulation;
+  uint32_t replay_window = 1024;           // inbound only; 0 disables anti-replay
+  std::vector<TrafficSelector> selectors;  // inbound only; empty accepts any inner packet
+};
+
+// The AEAD state shared by both directions: key, salt and the AAD/nonce layout.
+class SaCrypto {
+ public:
+  // Throws std::invalid_argument for a key of the wrong length.
+  SaCrypto(const SaConfig& config, const crypto::CryptoBackend& backend);
+  ~SaCrypto();
+  SaCrypto(const SaCrypto&) = delete;
+  SaCrypto& operator=(const SaCrypto&) = delete;
+
+  uint32_t spi() const { return spi_; }
+  bool esn() const { return esn_; }
+  crypto::AeadAlgorithm algorithm() const { return algorithm_; }
+
+  // Encrypts an ESP payload (inner packet, padding, pad length, next header) in place and
+  // writes the ICV after it. `sequence` is the full 64-bit number (its high half goes into
+  // the AAD when ESN is on); `iv` is the 8-byte explicit IV as sent.
+  void seal(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length, uint8_t* icv) const;
+  [[nodiscard]] bool open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
+                          const uint8_t* icv) const;
+
+ private:
+  size_t make_aad(uint64_t sequence, uint8_t* aad) const;
+
+  uint32_t spi_;
+  bool esn_;
+  crypto::AeadAlgorithm algorithm_;
+  uint8_t salt_[crypto::kSaltLength];
+  std::unique_ptr<crypto::AeadKey> key_;
+};
+
+class OutboundSa {
+ public:
+  OutboundSa(const SaConfig& config, const crypto::CryptoBackend& backend);
+
+  const SaConfig& config() const { return config_; }
+  const SaCrypto& crypto() const { return crypto_; }
+  SaCounters& counters() { return counters_; }
+  const SaCounters& counters() const { return counters_; }
+
+  // Hands out the next sequence number, or nullopt once the space is exhausted (2^32 - 1
+  // without ESN, 2^64 - 1 with it); RFC 4303 forbids cycling, the SA must be rekeyed.
+  std::optional<uint64_t> next_sequence();
+  // Highest sequence number handed out so far.
+  uint64_t last_sequence() const;
+  uint16_t next_ip_id() {
+    return static_cast<uint16_t>(ip_id_.fetch_add(1, std::memory_order_relaxed));
+  }
+
+  // For tests and rekey tooling: the next packet gets sequence number `next`.
+  void set_next_sequence(uint64_t next) { next_sequence_.store(next, std::memory_order_relaxed); }
+
+ private:
+  SaConfig config_;
+  SaCrypto crypto_;
+  alignas(64) std::atomic<uint64_t> next_sequence_{1};
+  std::atomic<uint32_t> ip_id_{0};
+  SaCounters counters_;
+};
+
+class InboundSa {
+ public:
+  InboundSa(const SaConfig& config, const crypto::CryptoBackend& backend);
+
+  const SaConfig& config() const { return config_; }
+  const SaCrypto& crypto() const { return crypto_; }
+  ReplayWindow& replay_window() { return replay_window_; }
+  SaCounters& counters() { return counters_; }
+  const SaCounters& counters() const { return counters_; }
+
+  // True when the decrypted inner packet's addresses fall inside one of the selectors.
+  bool selectors_allow(const IpAddress& inner_source, const IpAddress& inner_destination) const;
+
+ private:
+  SaConfig config_;
+  SaCrypto crypto_;
+  ReplayWindow replay_window_;
+  SaCounters counters_;
+};
+
+}  // namespace espgw::esp

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency from Debian's packages.
+# Idempotent: a second run installs nothing new and finishes in seconds.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  clang clang-format libclang-rt-14-dev          # fuzzing (libFuzzer) and formatting
+  libipsec-mb-dev libssl-dev libmnl-dev           # crypto backends, netlink
+  libgtest-dev libgmock-dev libbenchmark-dev      # unit tests and micro benchmarks
+  python3 python3-scapy python3-cryptography python3-matplotlib
+  iperf3 tshark iproute2 iputils-ping sysstat     # traffic and capture in namespaces
+  strongswan-charon strongswan-swanctl libcharon-extra-plugins
+  libstrongswan-standard-plugins
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer once, non-interactively.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
