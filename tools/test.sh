@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# README command 2: install the dependencies, build every flavour and run all tests.
+#   fuzz  (clang + libFuzzer + ASan/UBSan): each fuzz target for ESPGW_FUZZ_SECONDS
+#   tsan  (ThreadSanitizer): the threaded tests (names containing "Concurrent")
+#   asan  (AddressSanitizer + UndefinedBehaviorSanitizer): every test
+#   release: every test; it runs last so that ctest's summary line closes the output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzz_seconds="${ESPGW_FUZZ_SECONDS:-20}"
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "dependencies"
+bash tools/install-deps.sh
+
+step "fuzz build (clang, libFuzzer), ${fuzz_seconds}s per target"
+cmake --preset fuzz -DESPGW_FUZZ_SECONDS="${fuzz_seconds}" >/dev/null
+cmake --build build/fuzz
+ctest --test-dir build/fuzz --output-on-failure
+
+step "ThreadSanitizer build: threaded tests"
+cmake --preset tsan >/dev/null
+cmake --build build/tsan --target espgw_unit_tests
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir build/tsan -R Concurrent --output-on-failure --no-tests=error
+
+step "AddressSanitizer + UndefinedBehaviorSanitizer build: all tests"
+cmake --preset asan >/dev/null
+cmake --build build/asan
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
+  ctest --test-dir build/asan --output-on-failure --no-tests=error
+
+step "release build: all tests"
+cmake --preset release >/dev/null
+cmake --build build/release
+ctest --test-dir build/release --output-on-failure --no-tests=error
