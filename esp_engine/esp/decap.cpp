@@ -32,9 +32,9 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
     return DropReason::none;
   }
   if (available < kIpv6HeaderLength || p[0] >> 4 != 6) return DropReason::inner_malformed;
-  // A payload length of 0 would mean a jumbogram, which cannot fit in ESP anyway.
+  // A payload length of 0 is taken literally (a bare 40-byte header): a jumbogram
+  // cannot fit in ESP, and encapsulation accepts the same packet.
   length = load_be16(p + 4) + kIpv6HeaderLength;
-  if (length == kIpv6HeaderLength && p[6] != kProtocolNoNext) return DropReason::inner_malformed;
   if (length > available) return DropReason::inner_malformed;
   source = IpAddress::v6(p + 8);
   destination = IpAddress::v6(p + 24);

@@ -146,6 +146,25 @@ TEST_P(EspRoundTrip, DecapsulateReturnsTheInnerPacket) {
   EXPECT_EQ(engine.total_drops(), 0u);
 }
 
+TEST(EspEncap, BareIpv6HeaderRoundTrips) {
+  // Found by fuzz_encap_roundtrip: a 40-byte IPv6 packet (payload length 0) that encap
+  // accepted and decap refused.
+  SaConfig config = test::make_sa_config(AeadAlgorithm::chacha20_poly1305, false, true, false);
+  OutboundSa out(config, crypto::ipsec_mb_backend());
+  InboundSaTable table;
+  table.add(std::make_shared<InboundSa>(config, crypto::ipsec_mb_backend()));
+  EngineCounters engine;
+  auto inner = test::make_ipv6_packet(0);
+  inner.resize(40);
+  store_be16(&inner[4], 0);
+  inner[6] = 13;
+  PacketBuffer packet;
+  ASSERT_TRUE(packet.assign(inner));
+  ASSERT_EQ(encapsulate(out, packet), DropReason::none);
+  ASSERT_EQ(decapsulate_wire(table, engine, packet).reason, DropReason::none);
+  EXPECT_EQ(std::vector<uint8_t>(packet.bytes().begin(), packet.bytes().end()), inner);
+}
+
 INSTANTIATE_TEST_SUITE_P(Matrix, EspRoundTrip, ::testing::ValuesIn(all_cases()), case_name);
 
 TEST(EspEncap, OmitOuterHeadersStartsAtTheSpi) {
