@@ -43,27 +43,21 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
 
 }  // namespace
 
-DropReason decap_prepare(const InboundSaTable& table, EngineCounters& engine,
-                         const PacketBuffer& packet, PreparedDecap& prepared) {
-  const uint8_t* p = packet.data();
-  if (packet.size() < kEspHeaderLength) {
-    engine.count(DropReason::too_short);
-    return DropReason::too_short;
-  }
-  prepared.sa = table.find(load_be32(p));
-  if (!prepared.sa) {
-    engine.count(DropReason::no_sa);
-    return DropReason::no_sa;
-  }
-  InboundSa& sa = *prepared.sa;
+std::optional<uint32_t> esp_spi(const PacketBuffer& packet) {
+  if (packet.size() < kEspHeaderLength) return std::nullopt;
+  return load_be32(packet.data());
+}
+
+DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared) {
   if (packet.size() < kMinEspPacketLength) return drop(sa.counters(), DropReason::too_short);
   // Encrypted part must keep the 4-byte alignment the sender's padding guarantees.
   const size_t ciphertext = packet.size() - kEspHeaderLength - kExplicitIvLength - kIcvLength;
   if (ciphertext % kPayloadAlignment != 0) return drop(sa.counters(), DropReason::malformed);
 
-  const auto candidate = sa.replay_window().check(load_be32(p + 4));
+  const auto candidate = sa.replay_window().check(load_be32(packet.data() + 4));
   if (candidate.verdict != ReplayWindow::Verdict::accept)
     return drop(sa.counters(), replay_reason(candidate.verdict));
+  prepared.sa = &sa;
   prepared.sequence = candidate.sequence;
   return DropReason::none;
 }
@@ -114,8 +108,18 @@ DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
 }
 
 DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet) {
+  const auto spi = esp_spi(packet);
+  if (!spi) {
+    engine.count(DropReason::too_short);
+    return DropReason::too_short;
+  }
+  const std::shared_ptr<InboundSa> sa = table.find(*spi);  // held until finish() returns
+  if (!sa) {
+    engine.count(DropReason::no_sa);
+    return DropReason::no_sa;
+  }
   PreparedDecap prepared;
-  DropReason reason = decap_prepare(table, engine, packet, prepared);
+  DropReason reason = decap_check(*sa, packet, prepared);
   if (reason == DropReason::none) reason = decap_open(prepared, packet);
   if (reason == DropReason::none) reason = decap_finish(prepared, packet);
   return reason;

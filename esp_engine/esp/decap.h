@@ -1,14 +1,15 @@
 // ESP tunnel-mode decapsulation (RFC 4303 3.4), in place in a PacketBuffer.
 //
 // The checks run in the RFC's order: SPI -> SA, anti-replay pre-check, ICV verification,
-// anti-replay update, padding, next header, inner packet. They are split in three steps
-// so that a pipeline can verify many packets of one SA in parallel and serialise only the
-// replay-window commit: prepare() (lookup, pre-check), open() (the AEAD work, any thread),
-// finish() (commit and everything after it).
+// anti-replay update, padding, next header, inner packet. They are split in steps so that
+// a pipeline can verify many packets of one SA in parallel and serialise only the
+// replay-window commit: esp_spi() + the caller's lookup, check() (lengths, pre-check),
+// open() (the AEAD work, any thread), finish() (commit and everything after it).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "esp/counters.h"
 #include "esp/drop_reason.h"
@@ -18,14 +19,16 @@
 namespace espgw::esp {
 
 struct PreparedDecap {
-  std::shared_ptr<InboundSa> sa;  // keeps the SA alive while the packet is in flight
-  uint64_t sequence = 0;          // full sequence number, ESN high bits inferred
+  InboundSa* sa = nullptr;  // the caller keeps the SA alive until finish() returns
+  uint64_t sequence = 0;    // full sequence number, ESN high bits inferred
 };
 
-// `packet` holds an ESP packet starting at the SPI. Drops before the SA is known count
-// on `engine`, later ones on the SA.
-DropReason decap_prepare(const InboundSaTable& table, EngineCounters& engine,
-                         const PacketBuffer& packet, PreparedDecap& prepared);
+// The SPI of the ESP packet in `packet`, or nullopt if it is too short to carry one.
+std::optional<uint32_t> esp_spi(const PacketBuffer& packet);
+
+// Length, alignment and anti-replay pre-check for a packet whose SA has been looked up.
+// Drops count on the SA.
+DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared);
 // Verifies the ICV and decrypts in place. Safe to call concurrently.
 DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
 // Commits the sequence number, checks the trailer and the inner packet, and narrows

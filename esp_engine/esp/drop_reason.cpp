@@ -42,6 +42,8 @@ std::string_view drop_reason_name(DropReason reason) {
       return "too-big";
     case DropReason::nat_keepalive:
       return "nat-keepalive";
+    case DropReason::queue_full:
+      return "queue-full";
     case DropReason::count_:
       break;
   }

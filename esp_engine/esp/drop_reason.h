@@ -28,6 +28,7 @@ enum class DropReason : uint8_t {
   inner_not_ip,        // outbound packet is not IPv4 or IPv6
   too_big,             // ESP packet would exceed the 65535-byte IP length limit
   nat_keepalive,       // RFC 3948 0xFF keepalive: consumed, nothing to deliver
+  queue_full,          // the SA already has its maximum number of packets in flight
   count_               // number of reasons; keep last
 };
 

@@ -104,6 +104,7 @@ class InboundSa {
  public:
   InboundSa(const SaConfig& config, const crypto::CryptoBackend& backend);
 
+  uint32_t spi() const { return config_.spi; }
   const SaConfig& config() const { return config_; }
   const SaCrypto& crypto() const { return crypto_; }
   ReplayWindow& replay_window() { return replay_window_; }

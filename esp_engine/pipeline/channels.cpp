@@ -1,0 +1,28 @@
+#include "pipeline/channels.h"
+
+#include <mutex>
+
+namespace espgw::pipeline {
+
+OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink,
+                                 size_t max_in_flight)
+    : sa_(std::move(sa)),
+      sink_(sink),
+      max_in_flight_(max_in_flight),
+      // Every index in flight is sure to complete, so gaps are never given up on.
+      release_(max_in_flight, /*hold_ns=*/0, /*first_index=*/0) {}
+
+size_t OutboundChannel::in_flight() const {
+  // delivered() is read first: next_index_ only grows, so the difference never underflows.
+  const uint64_t delivered = release_.delivered();
+  return static_cast<size_t>(next_index_.load(std::memory_order_acquire) - delivered);
+}
+
+InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
+                               size_t reorder_capacity, uint64_t hold_ns)
+    : sa_(std::move(sa)),
+      sink_(sink),
+      // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
+      release_(reorder_capacity, hold_ns, /*first_index=*/1) {}
+
+}  // namespace espgw::pipeline

@@ -1,0 +1,80 @@
+#include "pipeline/ordered_release.h"
+
+#include <chrono>
+#include <mutex>
+
+namespace espgw::pipeline {
+
+OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index)
+    : hold_ns_(hold_ns), buffer_(capacity, hold_ns, first_index) {
+  pending_.reserve(buffer_.capacity());
+  delivering_.reserve(buffer_.capacity());
+}
+
+uint64_t OrderedRelease::now() const {
+  // Outbound channels never time out a gap, so they skip the clock read entirely.
+  if (hold_ns_ == 0) return 0;
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool) {
+  {
+    std::lock_guard guard(lock_);
+    buffer_.insert(index, packet, now(), pending_);
+  }
+  return drain(sink, pool);
+}
+
+bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
+  bool stalled = false;
+  for (;;) {
+    if (draining_.exchange(true, std::memory_order_acq_rel)) {
+      // Another worker is delivering; it re-checks after it lets go of the flag, so
+      // whatever we left in pending_ will not be stranded.
+      return false;
+    }
+    for (;;) {
+      {
+        std::lock_guard guard(lock_);
+        stalled = buffer_.release(now(), pending_);
+        delivering_.swap(pending_);
+      }
+      if (delivering_.empty()) break;
+      sink.deliver(delivering_);
+      for (Packet* p : delivering_) pool.release(p);
+      delivered_.fetch_add(delivering_.size(), std::memory_order_release);
+      delivering_.clear();
+    }
+    draining_.store(false, std::memory_order_seq_cst);
+    // A packet inserted after our last look, while we still held the flag, was left for
+    // us: look once more now that the flag is down.
+    bool more;
+    {
+      std::lock_guard guard(lock_);
+      more = !pending_.empty() || buffer_.ready(now());
+    }
+    if (!more) return stalled;
+  }
+}
+
+void OrderedRelease::flush(PacketSink& sink, PacketPool& pool) {
+  {
+    std::lock_guard guard(lock_);
+    buffer_.flush(pending_);
+  }
+  drain(sink, pool);
+}
+
+ReorderStats OrderedRelease::stats() const {
+  std::lock_guard guard(lock_);
+  return buffer_.stats();
+}
+
+size_t OrderedRelease::held() const {
+  std::lock_guard guard(lock_);
+  return buffer_.held();
+}
+
+}  // namespace espgw::pipeline

@@ -1,0 +1,57 @@
+// Delivers one channel's packets in order while many workers complete them out of order.
+//
+// Workers insert completed packets under a short per-channel lock. Delivery (the sink's
+// write to TUN or socket) happens outside that lock, by whichever worker wins the
+// channel's `draining` flag; the others leave their packet behind and go back to crypto
+// instead of waiting. This is the padata / WireGuard serial-queue idea, with the serial
+// step done by a combining worker rather than a dedicated thread.
+#pragma once
+
+#include <atomic>
+#include <span>
+#include <vector>
+
+#include "pipeline/packet_pool.h"
+#include "pipeline/reorder_buffer.h"
+#include "util/spin_lock.h"
+
+namespace espgw::pipeline {
+
+// Receives one channel's packets in order, from one thread at a time. The packets return
+// to the pool when deliver() returns.
+class PacketSink {
+ public:
+  virtual ~PacketSink() = default;
+  virtual void deliver(std::span<Packet* const> packets) = 0;
+};
+
+class OrderedRelease {
+ public:
+  OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index);
+
+  // Inserts `packet` (nullptr: a tombstone) at `index`, then delivers what is ready.
+  // Returns true if packets stay held behind a gap, so the caller must come back later.
+  bool insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool);
+  // Delivers what is ready (including gaps whose hold time expired).
+  bool drain(PacketSink& sink, PacketPool& pool);
+  // Delivers everything held, skipping every gap.
+  void flush(PacketSink& sink, PacketPool& pool);
+
+  ReorderStats stats() const;
+  size_t held() const;
+  // Packets delivered so far (the in-flight accounting of outbound channels uses it).
+  uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
+
+ private:
+  uint64_t now() const;
+
+  const uint64_t hold_ns_;
+  mutable SpinLock lock_;
+  ReorderBuffer buffer_;          // under lock_
+  std::vector<Packet*> pending_;  // under lock_: released in order, not yet delivered
+  std::atomic<bool> draining_{false};
+  std::vector<Packet*> delivering_;  // owned by the thread holding `draining_`
+  std::atomic<uint64_t> delivered_{0};
+};
+
+}  // namespace espgw::pipeline

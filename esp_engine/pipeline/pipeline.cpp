@@ -1,0 +1,297 @@
+#include "pipeline/pipeline.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <stdexcept>
+
+namespace espgw::pipeline {
+
+namespace {
+
+// How long an idle worker polls before it sleeps: long enough to bridge the gap between
+// two bursts from the reader, short enough not to burn a core when traffic stops.
+constexpr int kSpinsBeforeSleep = 256;
+
+void pin_to_cpu(std::thread& thread, unsigned index) {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus == 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(index % cpus, &set);
+  pthread_setaffinity_np(thread.native_handle(), sizeof set, &set);
+}
+
+unsigned resolve_worker_count(unsigned requested) {
+  if (requested > 0) return requested;
+  const unsigned cpus = std::thread::hardware_concurrency();
+  return cpus > 0 ? cpus : 1;
+}
+
+bool authenticated_drop(esp::DropReason reason) {
+  // After these the sequence number is known to be genuine and will never be delivered,
+  // so the reorder buffer must not wait for it. An ICV failure proves nothing (anyone
+  // can forge the number), and a replay's number was already handled.
+  return reason != esp::DropReason::icv_failure && reason != esp::DropReason::replayed &&
+         reason != esp::DropReason::outside_window;
+}
+
+}  // namespace
+
+Pipeline::Pipeline(PipelineConfig config)
+    : config_(std::move(config)),
+      pool_(config_.pool_packets, config_.packet_capacity),
+      work_(config_.pool_packets) {
+  if (config_.pool_packets == 0 || config_.max_in_flight_per_sa == 0 ||
+      config_.reorder_capacity == 0)
+    throw std::invalid_argument("pipeline: pool, in-flight and reorder sizes must be positive");
+  const unsigned count = resolve_worker_count(config_.workers);
+  worker_state_ = std::make_unique<WorkerState[]>(count);
+  workers_.reserve(count);
+  for (unsigned i = 0; i < count; ++i) {
+    workers_.emplace_back([this, i] { worker_loop(i); });
+    if (config_.pin_workers) pin_to_cpu(workers_.back(), i);
+  }
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+Pipeline::~Pipeline() {
+  wait_idle();
+  stopping_.store(true, std::memory_order_seq_cst);
+  wake_.fetch_add(1, std::memory_order_seq_cst);
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+  {
+    std::lock_guard guard(timer_mutex_);
+    timer_stop_ = true;
+  }
+  timer_wake_.notify_all();
+  timer_.join();
+  // Deliver what is still held behind gaps; every packet goes back to the pool.
+  for (auto& channel : stalled_) channel->release().flush(channel->sink(), pool_);
+  inbound_.for_each([this](const std::shared_ptr<InboundChannel>& channel) {
+    channel->release().flush(channel->sink(), pool_);
+  });
+}
+
+Packet* Pipeline::acquire() {
+  if (Packet* packet = pool_.acquire()) return packet;
+  relieve_pressure();
+  return pool_.acquire();
+}
+
+void Pipeline::relieve_pressure() {
+  std::vector<std::shared_ptr<InboundChannel>> stalled;
+  {
+    std::lock_guard guard(timer_mutex_);
+    stalled = stalled_;
+  }
+  // An empty pool is normally plain backpressure (the workers are behind). Waiting for a
+  // gap only becomes the problem when no worker holds a packet, reorder buffers hoard at
+  // least half the pool, and so the missing packets can only arrive through a reader
+  // that has nothing to read them into. A pool larger than twice the sum of the reorder
+  // capacities never gets here.
+  if (processed_.load(std::memory_order_acquire) != submitted_.load(std::memory_order_acquire))
+    return;  // workers still hold packets: they will come back without giving anything up
+  size_t held = 0;
+  for (auto& channel : stalled) held += channel->release().held();
+  if (held * 2 < pool_.size()) return;
+  bool flushed = false;
+  for (auto& channel : stalled) {
+    if (channel->in_crypto_.load(std::memory_order_acquire) != 0) continue;
+    channel->release().flush(channel->sink(), pool_);
+    flushed = true;
+  }
+  if (flushed) pressure_flushes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<OutboundChannel> Pipeline::make_outbound(std::shared_ptr<esp::OutboundSa> sa,
+                                                         PacketSink& sink) {
+  return std::make_shared<OutboundChannel>(std::move(sa), sink, config_.max_in_flight_per_sa);
+}
+
+std::shared_ptr<InboundChannel> Pipeline::add_inbound(std::shared_ptr<esp::InboundSa> sa,
+                                                      PacketSink& sink) {
+  const uint64_t hold_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config_.reorder_hold).count());
+  auto channel =
+      std::make_shared<InboundChannel>(std::move(sa), sink, config_.reorder_capacity, hold_ns);
+  return inbound_.add(channel) ? channel : nullptr;
+}
+
+bool Pipeline::remove_inbound(uint32_t spi) {
+  auto channel = inbound_.remove(spi);
+  if (!channel) return false;
+  channel->release().flush(channel->sink(), pool_);
+  return true;
+}
+
+std::shared_ptr<InboundChannel> Pipeline::find_inbound(uint32_t spi) const {
+  return inbound_.find(spi);
+}
+
+void Pipeline::enqueue(Packet* packet) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  // Cannot fail: the queue's capacity is at least the pool's size.
+  while (!work_.try_push(packet)) std::this_thread::yield();
+  // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
+  // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_one();
+  }
+}
+
+esp::DropReason Pipeline::submit_outbound(const std::shared_ptr<OutboundChannel>& channel,
+                                          Packet* packet, esp::OuterHeaders outer) {
+  OutboundChannel& c = *channel;
+  esp::DropReason reason = esp::DropReason::none;
+  {
+    std::lock_guard guard(c.submit_lock_);
+    const uint64_t index = c.next_index_.load(std::memory_order_relaxed);
+    if (index - c.release_.delivered() >= c.max_in_flight_) {
+      reason = esp::DropReason::queue_full;
+      c.sa().counters().count(reason);
+    } else {
+      reason = esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap);
+      if (reason == esp::DropReason::none) {
+        packet->order_index = index;
+        c.next_index_.store(index + 1, std::memory_order_release);
+      }
+    }
+  }
+  if (reason != esp::DropReason::none) {
+    pool_.release(packet);
+    return reason;
+  }
+  packet->direction = Direction::outbound;
+  packet->outer = outer;
+  packet->outbound = channel;
+  enqueue(packet);
+  return esp::DropReason::none;
+}
+
+esp::DropReason Pipeline::submit_inbound(Packet* packet) {
+  esp::DropReason reason = esp::DropReason::none;
+  const auto spi = esp::esp_spi(packet->buffer);
+  std::shared_ptr<InboundChannel> channel;
+  if (!spi) {
+    reason = esp::DropReason::too_short;
+    engine_counters_.count(reason);
+  } else if (!(channel = inbound_.find(*spi))) {
+    reason = esp::DropReason::no_sa;
+    engine_counters_.count(reason);
+  } else {
+    reason = esp::decap_check(channel->sa(), packet->buffer, packet->decap);
+  }
+  if (reason != esp::DropReason::none) {
+    pool_.release(packet);
+    return reason;
+  }
+  packet->direction = Direction::inbound;
+  channel->in_crypto_.fetch_add(1, std::memory_order_relaxed);
+  packet->inbound = std::move(channel);
+  enqueue(packet);
+  return esp::DropReason::none;
+}
+
+void Pipeline::process(Packet* packet) {
+  if (packet->direction == Direction::outbound) {
+    auto channel = std::move(packet->outbound);
+    esp::encap_seal(channel->sa(), packet->buffer, packet->encap);
+    channel->release().insert(packet->order_index, packet, channel->sink(), pool_);
+    return;
+  }
+  finish_inbound(packet);
+}
+
+void Pipeline::finish_inbound(Packet* packet) {
+  auto channel = std::move(packet->inbound);
+  const uint64_t sequence = packet->decap.sequence;
+  esp::DropReason reason = esp::decap_open(packet->decap, packet->buffer);
+  if (reason == esp::DropReason::none) reason = esp::decap_finish(packet->decap, packet->buffer);
+  bool stalled = false;
+  if (reason == esp::DropReason::none) {
+    stalled = channel->release().insert(sequence, packet, channel->sink(), pool_);
+  } else {
+    pool_.release(packet);  // the drop is already counted on the SA
+    if (authenticated_drop(reason))
+      stalled = channel->release().insert(sequence, nullptr, channel->sink(), pool_);
+  }
+  channel->in_crypto_.fetch_sub(1, std::memory_order_release);
+  if (stalled) schedule_gap_timer(channel);
+}
+
+void Pipeline::worker_loop(unsigned index) {
+  WorkerState& state = worker_state_[index];
+  Packet* packet = nullptr;
+  int idle_spins = 0;
+  for (;;) {
+    if (work_.try_pop(packet)) {
+      idle_spins = 0;
+      if (config_.before_crypto) config_.before_crypto(index);
+      process(packet);
+      state.packets.fetch_add(1, std::memory_order_relaxed);
+      processed_.fetch_add(1, std::memory_order_release);
+      continue;
+    }
+    if (stopping_.load(std::memory_order_acquire)) return;
+    if (++idle_spins < kSpinsBeforeSleep) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    const uint32_t ticket = wake_.load(std::memory_order_acquire);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (work_.size_approx() == 0 && !stopping_.load(std::memory_order_acquire)) {
+      wake_.wait(ticket, std::memory_order_acquire);
+      state.wakeups.fetch_add(1, std::memory_order_relaxed);
+    }
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    idle_spins = 0;
+  }
+}
+
+void Pipeline::wait_idle() {
+  while (processed_.load(std::memory_order_acquire) != submitted_.load(std::memory_order_acquire))
+    std::this_thread::yield();
+}
+
+void Pipeline::schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel) {
+  if (channel->timer_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    std::lock_guard guard(timer_mutex_);
+    stalled_.push_back(channel);
+  }
+  timer_wake_.notify_one();
+}
+
+void Pipeline::timer_loop() {
+  // Re-checks stalled channels a few times per hold period, and sleeps when none is.
+  const auto tick = std::max(config_.reorder_hold / 4, std::chrono::microseconds(50));
+  std::vector<std::shared_ptr<InboundChannel>> due;
+  std::unique_lock lock(timer_mutex_);
+  for (;;) {
+    timer_wake_.wait(lock, [&] { return timer_stop_ || !stalled_.empty(); });
+    if (timer_stop_) return;
+    timer_wake_.wait_for(lock, tick, [&] { return timer_stop_; });
+    if (timer_stop_) return;
+    due.swap(stalled_);
+    lock.unlock();
+    for (auto& channel : due) {
+      channel->timer_scheduled_.store(false, std::memory_order_release);
+      if (channel->release().drain(channel->sink(), pool_)) schedule_gap_timer(channel);
+    }
+    due.clear();
+    lock.lock();
+  }
+}
+
+std::vector<WorkerLoad> Pipeline::worker_load() const {
+  std::vector<WorkerLoad> load(workers_.size());
+  for (size_t i = 0; i < workers_.size(); ++i)
+    load[i] = {worker_state_[i].packets.load(std::memory_order_relaxed),
+               worker_state_[i].wakeups.load(std::memory_order_relaxed)};
+  return load;
+}
+
+}  // namespace espgw::pipeline

@@ -1,0 +1,131 @@
+// The parallel ESP pipeline: any SA's packets on any worker, each SA's packets released
+// in order.
+//
+//   submit_outbound: per-SA lock { sequence number + ESP headers + release slot }
+//                    -> shared lock-free work queue -> any worker seals
+//                    -> the SA's OrderedRelease hands packets to its sink in order
+//   submit_inbound:  SPI lookup + anti-replay pre-check -> shared work queue
+//                    -> any worker verifies and decrypts, commits the replay window
+//                    -> the SA's reorder buffer releases by sequence number
+//
+// Memory is bounded by the packet pool: the work queue can hold every packet, so a push
+// never fails, and when the pool is empty acquire() returns nullptr and the reader stops.
+// Per-SA bounds: max_in_flight packets outbound (more are dropped as queue-full before
+// they take a sequence number) and reorder_capacity sequence numbers held inbound.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "esp/counters.h"
+#include "esp/encap.h"
+#include "esp/inbound_sa_table.h"
+#include "pipeline/channels.h"
+#include "pipeline/mpmc_queue.h"
+#include "pipeline/packet_pool.h"
+
+namespace espgw::pipeline {
+
+struct PipelineConfig {
+  unsigned workers = 0;  // 0: one per online CPU
+  bool pin_workers = false;
+  size_t pool_packets = 4096;                    // packets in existence: bounds every queue
+  size_t packet_capacity = 2048;                 // bytes per packet buffer (headroom included)
+  size_t max_in_flight_per_sa = 512;             // outbound packets between submit and delivery
+  size_t reorder_capacity = 512;                 // inbound sequence numbers held per SA
+  std::chrono::microseconds reorder_hold{1000};  // longest wait for a missing packet
+  // Test hook: runs on the worker before each packet's crypto (random delays).
+  std::function<void(unsigned worker)> before_crypto;
+};
+
+struct WorkerLoad {
+  uint64_t packets = 0;
+  uint64_t wakeups = 0;
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(PipelineConfig config);
+  // Finishes every packet already submitted, delivers what is held, stops the workers.
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  const PipelineConfig& config() const { return config_; }
+  unsigned worker_count() const { return static_cast<unsigned>(workers_.size()); }
+
+  // A free packet, or nullptr when all are in flight (backpressure: stop reading).
+  // When the pool runs dry while reorder buffers hold packets behind gaps, those gaps are
+  // given up first: packets waiting for a predecessor must not starve the reader that
+  // would bring it.
+  Packet* acquire();
+  void release(Packet* packet) { pool_.release(packet); }
+  PacketPool& pool() { return pool_; }
+
+  std::shared_ptr<OutboundChannel> make_outbound(std::shared_ptr<esp::OutboundSa> sa,
+                                                 PacketSink& sink);
+  // Registers an inbound SA; its packets are found by SPI. False if the SPI is taken.
+  std::shared_ptr<InboundChannel> add_inbound(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink);
+  // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
+  bool remove_inbound(uint32_t spi);
+  std::shared_ptr<InboundChannel> find_inbound(uint32_t spi) const;
+
+  // Takes ownership of `packet` (an inner IPv4/IPv6 packet) in every case. On a drop the
+  // reason has been counted on the SA and the packet is back in the pool.
+  esp::DropReason submit_outbound(const std::shared_ptr<OutboundChannel>& channel, Packet* packet,
+                                  esp::OuterHeaders outer = esp::OuterHeaders::include);
+  // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
+  esp::DropReason submit_inbound(Packet* packet);
+
+  // Blocks until every submitted packet has been processed by a worker (tests, shutdown).
+  void wait_idle();
+
+  esp::EngineCounters& engine_counters() { return engine_counters_; }
+  // Times an empty pool made stalled reorder buffers give up their gaps early.
+  uint64_t pressure_flushes() const { return pressure_flushes_.load(std::memory_order_relaxed); }
+  std::vector<WorkerLoad> worker_load() const;
+
+ private:
+  struct alignas(64) WorkerState {
+    std::atomic<uint64_t> packets{0};
+    std::atomic<uint64_t> wakeups{0};
+  };
+
+  void enqueue(Packet* packet);
+  void worker_loop(unsigned index);
+  void process(Packet* packet);
+  void finish_inbound(Packet* packet);
+  void schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel);
+  void relieve_pressure();
+  void timer_loop();
+
+  PipelineConfig config_;
+  PacketPool pool_;
+  MpmcQueue<Packet*> work_;
+  esp::EngineCounters engine_counters_;
+  SpiTable<InboundChannel> inbound_;
+
+  // Idle workers sleep on `wake_`; producers only touch it when someone sleeps.
+  alignas(64) std::atomic<uint32_t> wake_{0};
+  std::atomic<uint32_t> sleepers_{0};
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> processed_{0};
+  std::atomic<uint64_t> pressure_flushes_{0};
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<WorkerState[]> worker_state_;
+  std::vector<std::thread> workers_;
+
+  std::mutex timer_mutex_;
+  std::condition_variable timer_wake_;
+  std::vector<std::shared_ptr<InboundChannel>> stalled_;
+  bool timer_stop_ = false;
+  std::thread timer_;
+};
+
+}  // namespace espgw::pipeline

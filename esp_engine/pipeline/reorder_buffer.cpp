@@ -1,0 +1,140 @@
+#include "pipeline/reorder_buffer.h"
+
+#include <bit>
+
+#include "pipeline/packet.h"
+
+namespace espgw::pipeline {
+
+ReorderBuffer::ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_index)
+    : mask_(std::bit_ceil(capacity < 2 ? size_t{2} : capacity) - 1),
+      hold_ns_(hold_ns),
+      next_(first_index),
+      slots_(std::make_unique<Slot[]>(mask_ + 1)) {
+  for (size_t i = 0; i <= mask_; ++i) slots_[i] = nullptr;
+}
+
+Packet* ReorderBuffer::tombstone() {
+  // Never a real packet: no object lives at an address this small.
+  return reinterpret_cast<Packet*>(alignof(Packet));
+}
+
+uint64_t ReorderBuffer::arrival_of(uint64_t index) const {
+  const Slot slot = slots_[index & mask_];
+  // A tombstone counts as arrived long ago: it never holds anything back by itself.
+  return slot == tombstone() ? 0 : slot->arrival_ns;
+}
+
+void ReorderBuffer::pop_in_order(std::vector<Packet*>& out) {
+  for (;;) {
+    Slot& slot = slots_[next_ & mask_];
+    if (slot == nullptr) return;
+    if (slot != tombstone()) {
+      out.push_back(slot);
+      ++stats_.released;
+    }
+    slot = nullptr;
+    --held_;
+    ++next_;
+  }
+}
+
+void ReorderBuffer::advance_to(uint64_t index, std::vector<Packet*>& out) {
+  // Everything below `index` leaves now: held packets in order, missing ones skipped.
+  while (next_ < index) {
+    if (held_ == 0) {
+      stats_.skipped += index - next_;
+      next_ = index;
+      return;
+    }
+    Slot& slot = slots_[next_ & mask_];
+    if (slot != nullptr) {
+      if (slot != tombstone()) {
+        out.push_back(slot);
+        ++stats_.released;
+      }
+      slot = nullptr;
+      --held_;
+    } else {
+      ++stats_.skipped;
+    }
+    ++next_;
+  }
+}
+
+void ReorderBuffer::insert(uint64_t index, Packet* packet, uint64_t now_ns,
+                           std::vector<Packet*>& out) {
+  if (index < next_) {
+    if (packet) {
+      out.push_back(packet);
+      ++stats_.late;
+    }
+    return;
+  }
+  if (index - next_ > mask_) {
+    ++stats_.overflows;
+    advance_to(index - mask_, out);
+  }
+  Slot& slot = slots_[index & mask_];
+  if (slot != nullptr) {
+    // Two packets for one index: callers guarantee uniqueness (sequence numbers are
+    // committed in the replay window first), so this is a bug upstream. Release the
+    // newcomer rather than lose either.
+    if (packet) {
+      out.push_back(packet);
+      ++stats_.late;
+    }
+    return;
+  }
+  if (packet) {
+    packet->arrival_ns = now_ns;
+    slot = packet;
+  } else {
+    slot = tombstone();
+  }
+  ++held_;
+  pop_in_order(out);
+}
+
+std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
+  for (uint64_t index = next_ + 1; index <= next_ + mask_; ++index)
+    if (slots_[index & mask_] != nullptr) return index;
+  return std::nullopt;
+}
+
+bool ReorderBuffer::gap_expired(uint64_t now_ns, uint64_t& resume_index) const {
+  if (hold_ns_ == 0) return false;
+  const auto waiting = first_held_after_gap();
+  if (!waiting) return false;
+  resume_index = *waiting;
+  return now_ns - arrival_of(*waiting) >= hold_ns_;
+}
+
+bool ReorderBuffer::release(uint64_t now_ns, std::vector<Packet*>& out) {
+  for (;;) {
+    pop_in_order(out);
+    if (held_ == 0) return false;
+    uint64_t resume_index = 0;
+    if (!gap_expired(now_ns, resume_index)) return true;
+    ++stats_.hold_timeouts;
+    advance_to(resume_index, out);
+  }
+}
+
+void ReorderBuffer::flush(std::vector<Packet*>& out) {
+  while (held_ > 0) {
+    pop_in_order(out);
+    if (held_ == 0) break;
+    ++stats_.skipped;
+    ++next_;
+  }
+}
+
+bool ReorderBuffer::ready(uint64_t now_ns) const {
+  if (held_ == 0) return false;
+  if (slots_[next_ & mask_] != nullptr) return true;
+  uint64_t resume_index = 0;
+  return gap_expired(now_ns, resume_index);
+}
+
+}  // namespace espgw::pipeline

@@ -1,0 +1,74 @@
+// Puts packets back in order by a 64-bit index (the ESP sequence number inbound, the
+// submission order outbound) before they are released.
+//
+// Bounded two ways: at most `capacity` indexes ahead of the release point are held (a
+// packet further ahead forces the release point forward, skipping what is missing), and
+// a gap is waited for at most `hold` after the first packet behind it arrived, so a lost
+// packet never stalls an SA. A packet that arrives after its index was skipped is
+// released at once ("late"): anti-replay already guarantees it is not a duplicate.
+//
+// Not thread-safe; OrderedRelease wraps it with a lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace espgw::pipeline {
+
+struct Packet;
+
+struct ReorderStats {
+  uint64_t released = 0;       // packets released in order
+  uint64_t late = 0;           // packets released after their index had been skipped
+  uint64_t skipped = 0;        // indexes given up on (lost, or dropped after a number)
+  uint64_t hold_timeouts = 0;  // times a gap was given up because it was held too long
+  uint64_t overflows = 0;      // times a packet too far ahead forced the release point
+};
+
+class ReorderBuffer {
+ public:
+  // `hold_ns` = 0 never gives up on a gap (outbound: every index is sure to arrive).
+  ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_index);
+
+  // `packet` nullptr marks the index as done with nothing to release (a tombstone).
+  // Released packets are appended to `out`.
+  void insert(uint64_t index, Packet* packet, uint64_t now_ns, std::vector<Packet*>& out);
+  // Releases everything in order from the release point, skipping a gap whose hold time
+  // has expired. Returns true if packets are still held behind a gap.
+  bool release(uint64_t now_ns, std::vector<Packet*>& out);
+  // Releases everything held, skipping every gap (shutdown, SA removal).
+  void flush(std::vector<Packet*>& out);
+
+  // True when release() would return something now.
+  bool ready(uint64_t now_ns) const;
+  size_t held() const { return held_; }
+  uint64_t next_index() const { return next_; }
+  size_t capacity() const { return mask_ + 1; }
+  const ReorderStats& stats() const { return stats_; }
+
+ private:
+  // One pointer per slot keeps a buffer at 8 bytes per sequence number: nullptr is an
+  // empty slot, tombstone() a number that is done with nothing to release. The arrival
+  // time of a held packet lives in the packet; tombstones never start a hold.
+  using Slot = Packet*;
+  static Packet* tombstone();
+  uint64_t arrival_of(uint64_t index) const;
+  void pop_in_order(std::vector<Packet*>& out);
+  void advance_to(uint64_t index, std::vector<Packet*>& out);
+  std::optional<uint64_t> first_held_after_gap() const;
+  // True if the gap at the release point has been waited on for the full hold time;
+  // `resume_index` is then the first held index after it.
+  bool gap_expired(uint64_t now_ns, uint64_t& resume_index) const;
+
+  size_t mask_;
+  uint64_t hold_ns_;
+  uint64_t next_;
+  size_t held_ = 0;
+  std::unique_ptr<Slot[]> slots_;
+  ReorderStats stats_;
+};
+
+}  // namespace espgw::pipeline

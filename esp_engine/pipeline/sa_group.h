@@ -1,0 +1,46 @@
+// An ECMP group: several outbound SAs with identical traffic selectors (one per
+// CHILD_SA), among which flows are spread by rendezvous (highest random weight) hashing.
+// Each member has a stable key (the CHILD_SA's slot, not its SPI), so a rekey that
+// replaces a member's SA moves no flow, removing a member moves only that member's
+// flows, and adding one moves only the flows the newcomer wins.
+//
+// Readers take a snapshot of the member list without locking out writers; membership
+// changes copy the list (they happen at IKE speed, not packet speed).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace espgw::pipeline {
+
+class OutboundChannel;
+
+class SaGroup {
+ public:
+  // Adds a member, or replaces the channel of an existing member (rekey).
+  void set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> channel);
+  bool remove_member(uint64_t member_key);
+  // The member for a flow, or nullptr when the group is empty.
+  std::shared_ptr<OutboundChannel> pick(uint64_t flow_hash) const;
+  // The member key a flow maps to (for tests and status); 0 when empty.
+  uint64_t pick_key(uint64_t flow_hash) const;
+  size_t size() const;
+  std::vector<uint64_t> member_keys() const;
+
+ private:
+  struct Member {
+    uint64_t key;
+    uint64_t key_hash;
+    std::shared_ptr<OutboundChannel> channel;
+  };
+  using Members = std::vector<Member>;
+  const Member* choose(const Members& members, uint64_t flow_hash) const;
+
+  std::mutex writer_;
+  std::atomic<std::shared_ptr<const Members>> members_{std::make_shared<const Members>()};
+};
+
+}  // namespace espgw::pipeline

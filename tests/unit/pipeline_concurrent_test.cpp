@@ -1,0 +1,421 @@
+// The pipeline under many threads and random worker delays. What must hold:
+//  - outbound, every SA's packets leave in sequence-number order, numbers without holes;
+//  - inbound, every SA's packets are delivered in sequence-number order, exactly once;
+//  - nothing is lost except what a counter accounts for, and every packet returns to
+//    the pool;
+//  - a sink is never entered by two threads at once for one SA.
+// Test names contain "Concurrent" so that the TSan build runs them.
+#include "pipeline/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "esp/encap.h"
+#include "pipeline/flow_hash.h"
+#include "pipeline/sa_group.h"
+#include "unit/test_packets.h"
+#include "util/byte_order.h"
+
+namespace espgw::pipeline {
+namespace {
+
+using crypto::AeadAlgorithm;
+
+// Inner packets carry (stream, counter) in their UDP payload so the receiver can check
+// order without trusting the pipeline's own bookkeeping.
+std::vector<uint8_t> tagged_packet(uint32_t stream, uint32_t counter, size_t payload = 64) {
+  auto p = test::make_ipv4_packet(payload);
+  store_be16(&p[20], static_cast<uint16_t>(1000 + stream));  // one flow per stream
+  store_be32(&p[28], stream);
+  store_be32(&p[32], counter);
+  return p;
+}
+
+void random_delay(unsigned) {
+  thread_local std::mt19937 rng(std::random_device{}());
+  switch (rng() % 16) {
+    case 0:
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+      break;
+    case 1:
+    case 2:
+      std::this_thread::yield();
+      break;
+    default:
+      break;
+  }
+}
+
+// Records what one SA's sink sees and catches concurrent entry.
+class RecordingSink final : public PacketSink {
+ public:
+  explicit RecordingSink(bool inner) : inner_(inner) {}
+  void deliver(std::span<Packet* const> packets) override {
+    if (inside_.exchange(true)) overlapped_ = true;
+    std::lock_guard guard(mutex_);
+    for (Packet* p : packets) {
+      const uint8_t* d = p->buffer.data();
+      if (inner_) {
+        stream_.push_back(load_be32(d + 28));
+        counter_.push_back(load_be32(d + 32));
+      } else {
+        sequence_.push_back(load_be32(d + 4));  // ESP sequence number (outer omitted)
+      }
+    }
+    inside_.store(false);
+  }
+  size_t count() {
+    std::lock_guard guard(mutex_);
+    return inner_ ? counter_.size() : sequence_.size();
+  }
+  bool overlapped() const { return overlapped_.load(); }
+  std::vector<uint32_t> sequence_, stream_, counter_;
+
+ private:
+  bool inner_;
+  std::mutex mutex_;
+  std::atomic<bool> inside_{false};
+  std::atomic<bool> overlapped_{false};
+};
+
+Packet* acquire_blocking(Pipeline& pipeline) {
+  for (;;) {
+    if (Packet* p = pipeline.acquire()) return p;
+    std::this_thread::yield();  // backpressure: wait for the workers to return packets
+  }
+}
+
+bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
+  constexpr int kSas = 6, kProducers = 3, kPerProducerPerSa = 1500;
+  PipelineConfig config;
+  config.workers = 4;
+  config.pool_packets = 256;
+  config.max_in_flight_per_sa = 32;  // small, so queue-full drops happen and are counted
+  config.before_crypto = random_delay;
+  std::vector<std::unique_ptr<RecordingSink>> sinks;
+  std::vector<std::shared_ptr<OutboundChannel>> channels;
+  std::atomic<uint64_t> attempts_refused{0};
+  {
+    Pipeline pipeline(config);
+    for (int s = 0; s < kSas; ++s) {
+      sinks.push_back(std::make_unique<RecordingSink>(false));
+      auto sa = std::make_shared<esp::OutboundSa>(
+          test::make_sa_config(AeadAlgorithm::aes_gcm_128, s % 2, false, false, 0x100 + s),
+          crypto::ipsec_mb_backend());
+      channels.push_back(pipeline.make_outbound(sa, *sinks.back()));
+    }
+    std::atomic<uint64_t> accepted{0};
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kProducers; ++t) {
+      producers.emplace_back([&, t] {
+        // Each producer gets kPerProducerPerSa packets accepted on every SA; a refusal
+        // (queue-full, counted) makes it back off briefly, like a reader that drops.
+        std::vector<int> done(kSas, 0);
+        for (int remaining = kSas; remaining > 0;) {
+          remaining = 0;
+          for (int s = 0; s < kSas; ++s) {
+            if (done[s] == kPerProducerPerSa) continue;
+            ++remaining;
+            Packet* p = acquire_blocking(pipeline);
+            ASSERT_TRUE(p->buffer.assign(tagged_packet(t, done[s])));
+            if (pipeline.submit_outbound(channels[s], p, esp::OuterHeaders::omit) ==
+                esp::DropReason::none) {
+              accepted.fetch_add(1);
+              ++done[s];
+            } else {
+              attempts_refused.fetch_add(1);
+              std::this_thread::sleep_for(std::chrono::microseconds(20));
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : producers) t.join();
+    pipeline.wait_idle();
+    ASSERT_TRUE(wait_for(
+        [&] {
+          size_t total = 0;
+          for (auto& s : sinks) total += s->count();
+          return total == accepted.load();
+        },
+        std::chrono::seconds(30)));
+    EXPECT_GE(pipeline.worker_load().size(), 4u);
+  }
+  // The pipeline is gone: every packet must have come back to the pool, and each SA's
+  // sequence numbers are 1, 2, 3, ... with no gap and no repeat.
+  uint64_t queue_full = 0;
+  for (int s = 0; s < kSas; ++s) {
+    SCOPED_TRACE("SA " + std::to_string(s));
+    const auto& seen = sinks[s]->sequence_;
+    ASSERT_EQ(seen.size(), size_t{kProducers} * kPerProducerPerSa);
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
+    EXPECT_FALSE(sinks[s]->overlapped());
+    auto& counters = channels[s]->sa().counters();
+    EXPECT_EQ(counters.packets(), seen.size());
+    queue_full += counters.drops(esp::DropReason::queue_full);
+  }
+  EXPECT_EQ(queue_full, attempts_refused.load()) << "every refusal is a counted queue-full drop";
+  std::printf("[ pipeline ] outbound: %llu queue-full drops (counted)\n",
+              static_cast<unsigned long long>(queue_full));
+}
+
+struct InboundScenario {
+  double loss = 0, duplicates = 0;
+  size_t shuffle_window = 32;
+  // The reorder buffer reaches further than the pool can hold packets (no overflow while
+  // a worker is delayed), and the readers never run far ahead of a gap (no pressure).
+  size_t pool = 1024, reorder_capacity = 2048;
+  std::chrono::microseconds hold{std::chrono::seconds(2)};
+};
+
+// Encrypts kPackets per SA in order, then feeds them to the pipeline's inbound side from
+// two threads, reordered, duplicated and thinned as the scenario says.
+void run_inbound(const InboundScenario& scenario) {
+  constexpr int kSas = 4;
+  constexpr uint32_t kPackets = 3000;
+  PipelineConfig config;
+  config.workers = 4;
+  config.pool_packets = scenario.pool;
+  config.reorder_capacity = scenario.reorder_capacity;
+  config.reorder_hold = scenario.hold;
+  config.before_crypto = random_delay;
+  std::mt19937_64 rng(1234);
+
+  std::vector<std::unique_ptr<RecordingSink>> sinks;
+  std::vector<std::shared_ptr<InboundChannel>> channels;
+  std::vector<std::vector<std::vector<uint8_t>>> wire(kSas);  // per SA, in "network" order
+  std::vector<std::set<uint32_t>> sent(kSas), lost(kSas);
+  size_t duplicates = 0;
+  auto pipeline = std::make_unique<Pipeline>(config);
+  for (int s = 0; s < kSas; ++s) {
+    auto sa_config =
+        test::make_sa_config(AeadAlgorithm::aes_gcm_128, s % 2, false, false, 0x200 + s);
+    esp::OutboundSa sender(sa_config, crypto::ipsec_mb_backend());
+    sinks.push_back(std::make_unique<RecordingSink>(true));
+    channels.push_back(pipeline->add_inbound(
+        std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), *sinks.back()));
+    std::vector<std::vector<uint8_t>> stream;
+    for (uint32_t i = 1; i <= kPackets; ++i) {
+      esp::PacketBuffer buffer;
+      buffer.assign(tagged_packet(s, i));
+      EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      if (std::uniform_real_distribution<>(0, 1)(rng) < scenario.loss) {
+        lost[s].insert(i);
+        continue;
+      }
+      sent[s].insert(i);
+      stream.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+      if (std::uniform_real_distribution<>(0, 1)(rng) < scenario.duplicates) {
+        stream.push_back(stream.back());
+        ++duplicates;
+      }
+    }
+    for (size_t start = 0; start < stream.size(); start += scenario.shuffle_window)
+      std::shuffle(stream.begin() + start,
+                   stream.begin() + std::min(stream.size(), start + scenario.shuffle_window), rng);
+    wire[s] = std::move(stream);
+  }
+  // Two readers, like two receive queues with flow steering: each SA's packets arrive on
+  // one of them, the SAs interleaved.
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      std::vector<size_t> position(kSas, 0);
+      for (bool more = true; more;) {
+        more = false;
+        for (int s = r; s < kSas; s += 2) {
+          for (int burst = 0; burst < 16 && position[s] < wire[s].size(); ++burst) {
+            Packet* p = acquire_blocking(*pipeline);
+            ASSERT_TRUE(p->buffer.assign(wire[s][position[s]++]));
+            pipeline->submit_inbound(p);
+          }
+          more |= position[s] < wire[s].size();
+        }
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  pipeline->wait_idle();
+  const bool all_arrived = wait_for(
+      [&] {
+        for (int s = 0; s < kSas; ++s)
+          if (sinks[s]->count() < sent[s].size()) return false;
+        return true;
+      },
+      std::chrono::seconds(30));
+  EXPECT_TRUE(all_arrived);
+  const uint64_t pressure_flushes = pipeline->pressure_flushes();
+  pipeline.reset();  // flushes anything still held, joins the workers
+
+  uint64_t replayed = 0, late = 0;
+  for (int s = 0; s < kSas; ++s) {
+    SCOPED_TRACE("SA " + std::to_string(s));
+    const auto& got = sinks[s]->counter_;
+    EXPECT_FALSE(sinks[s]->overlapped());
+    std::set<uint32_t> unique(got.begin(), got.end());
+    EXPECT_EQ(unique.size(), got.size()) << "a packet was delivered twice";
+    EXPECT_EQ(unique, sent[s]) << "delivered set differs from what was sent";
+    size_t out_of_order = 0;
+    for (size_t i = 1; i < got.size(); ++i) out_of_order += got[i] < got[i - 1];
+    const auto stats = channels[s]->release().stats();
+    late += stats.late;
+    EXPECT_LE(out_of_order, stats.late) << "every out-of-order delivery is a counted late one";
+    if (scenario.loss == 0) {
+      EXPECT_EQ(pressure_flushes, 0u);
+      EXPECT_EQ(out_of_order, 0u);
+      EXPECT_EQ(stats.skipped, 0u);
+    } else {
+      EXPECT_GE(stats.skipped, lost[s].size()) << "each lost number was skipped, not waited on";
+    }
+    replayed += channels[s]->sa().counters().drops(esp::DropReason::replayed) +
+                channels[s]->sa().counters().drops(esp::DropReason::outside_window);
+  }
+  EXPECT_EQ(replayed, duplicates) << "each duplicate is dropped and counted, nothing else";
+  std::printf(
+      "[ pipeline ] inbound: %zu duplicates dropped, %llu late deliveries, %llu pressure "
+      "flushes\n",
+      duplicates, static_cast<unsigned long long>(late),
+      static_cast<unsigned long long>(pressure_flushes));
+}
+
+TEST(PipelineConcurrent, InboundDeliversInSequenceOrderDespiteNetworkReordering) {
+  run_inbound({.loss = 0, .duplicates = 0.02, .shuffle_window = 32});
+}
+
+TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
+  // A small pool and large reorder buffers: pressure flushes happen too, and are counted.
+  run_inbound({.loss = 0.01,
+               .duplicates = 0.01,
+               .shuffle_window = 8,
+               .pool = 512,
+               .reorder_capacity = 256,
+               .hold = std::chrono::microseconds(2000)});
+}
+
+// LAN -> ECMP group of 4 SAs -> outbound pipeline -> "wire" -> inbound pipeline -> LAN.
+// Every flow's packets arrive in the order they were sent, each exactly once.
+class ForwardingSink final : public PacketSink {
+ public:
+  Pipeline* next = nullptr;
+  std::atomic<uint64_t> dropped{0};
+  void deliver(std::span<Packet* const> packets) override {
+    for (Packet* p : packets) {
+      Packet* copy = acquire_blocking(*next);  // a lossless wire
+      copy->buffer.assign(p->buffer.bytes());
+      if (next->submit_inbound(copy) != esp::DropReason::none) dropped.fetch_add(1);
+    }
+  }
+};
+
+TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
+  constexpr int kMembers = 4, kFlows = 64;
+  constexpr uint32_t kPacketsPerFlow = 400;
+  PipelineConfig config;
+  config.workers = 3;
+  config.pool_packets = 4096;
+  config.max_in_flight_per_sa = 4096;  // never queue-full: the test wants every packet
+  config.reorder_capacity = 8192;      // further than the pool: no overflow skips
+  config.before_crypto = random_delay;
+  config.reorder_hold = std::chrono::seconds(2);
+  std::vector<std::unique_ptr<RecordingSink>> lan;  // one per SA: a sink serves one channel
+  ForwardingSink wire;
+  Pipeline receiver(config);
+  Pipeline sender(config);
+  wire.next = &receiver;
+  SaGroup group;
+  for (int m = 0; m < kMembers; ++m) {
+    auto sa_config =
+        test::make_sa_config(AeadAlgorithm::chacha20_poly1305, true, false, true, 0x300 + m);
+    lan.push_back(std::make_unique<RecordingSink>(true));
+    receiver.add_inbound(std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()),
+                         *lan.back());
+    group.set_member(
+        m + 1, sender.make_outbound(
+                   std::make_shared<esp::OutboundSa>(sa_config, crypto::ipsec_mb_backend()), wire));
+  }
+  std::map<uint64_t, int> member_use;
+  for (uint32_t i = 1; i <= kPacketsPerFlow; ++i) {
+    for (int f = 0; f < kFlows; ++f) {
+      auto inner = tagged_packet(f, i);
+      const uint64_t hash = flow_hash(inner, 42);
+      if (i == 1) ++member_use[group.pick_key(hash)];
+      Packet* p = acquire_blocking(sender);
+      p->buffer.assign(inner);
+      ASSERT_EQ(sender.submit_outbound(group.pick(hash), p, esp::OuterHeaders::omit),
+                esp::DropReason::none);
+    }
+  }
+  sender.wait_idle();
+  auto delivered = [&] {
+    size_t total = 0;
+    for (auto& sink : lan) total += sink->count();
+    return total;
+  };
+  ASSERT_TRUE(
+      wait_for([&] { return delivered() == kFlows * kPacketsPerFlow; }, std::chrono::seconds(30)));
+  EXPECT_EQ(wire.dropped.load(), 0u);
+  EXPECT_EQ(member_use.size(), size_t{kMembers}) << "flows use every member";
+  // Per flow: every packet, in the order it was sent.
+  std::map<uint32_t, uint32_t> last;
+  for (auto& sink : lan) {
+    EXPECT_FALSE(sink->overlapped());
+    for (size_t i = 0; i < sink->counter_.size(); ++i) {
+      auto& previous = last[sink->stream_[i]];
+      ASSERT_EQ(sink->counter_[i], previous + 1) << "flow " << sink->stream_[i] << " reordered";
+      previous = sink->counter_[i];
+    }
+  }
+}
+
+TEST(PipelineConcurrent, RemovingAnSaWhilePacketsAreInFlightLosesNothingUncounted) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 128;
+  config.before_crypto = random_delay;
+  RecordingSink sink(true);
+  auto sa_config = test::make_sa_config(AeadAlgorithm::aes_gcm_256, false, false, false, 0x400);
+  esp::OutboundSa sender(sa_config, crypto::ipsec_mb_backend());
+  std::vector<std::vector<uint8_t>> wire;
+  for (uint32_t i = 1; i <= 2000; ++i) {
+    esp::PacketBuffer buffer;
+    buffer.assign(tagged_packet(0, i));
+    ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+  }
+  uint64_t rejected = 0;
+  std::shared_ptr<InboundChannel> channel;
+  {
+    Pipeline pipeline(config);
+    channel = pipeline.add_inbound(
+        std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), sink);
+    for (size_t i = 0; i < wire.size(); ++i) {
+      if (i == wire.size() / 2) {
+        ASSERT_TRUE(pipeline.remove_inbound(0x400));
+      }
+      Packet* p = acquire_blocking(pipeline);
+      p->buffer.assign(wire[i]);
+      rejected += pipeline.submit_inbound(p) == esp::DropReason::no_sa;
+    }
+    EXPECT_EQ(pipeline.engine_counters().drops(esp::DropReason::no_sa), rejected);
+  }
+  EXPECT_EQ(sink.count() + rejected, wire.size());
+  EXPECT_EQ(channel->sa().counters().packets(), sink.count());
+}
+
+}  // namespace
+}  // namespace espgw::pipeline

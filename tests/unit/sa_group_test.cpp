@@ -1,0 +1,145 @@
+// ECMP: flow identity, how evenly flows spread over a group, and how few move when the
+// membership changes.
+#include "pipeline/sa_group.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "pipeline/flow_hash.h"
+#include "unit/test_packets.h"
+#include "util/byte_order.h"
+
+namespace espgw::pipeline {
+namespace {
+
+constexpr uint64_t kSeed = 0x5eed;
+
+std::vector<uint8_t> udp_flow(uint16_t source_port, uint16_t destination_port = 6000) {
+  auto p = test::make_ipv4_packet(20);
+  store_be16(&p[20], source_port);
+  store_be16(&p[22], destination_port);
+  return p;
+}
+
+TEST(FlowHash, FiveTupleForTcpAndUdp) {
+  EXPECT_NE(flow_hash(udp_flow(1000), kSeed), flow_hash(udp_flow(1001), kSeed));
+  EXPECT_NE(flow_hash(udp_flow(1000, 1), kSeed), flow_hash(udp_flow(1000, 2), kSeed));
+  // Payload and length do not matter, only the flow.
+  auto a = udp_flow(1000);
+  auto b = udp_flow(1000);
+  b[40] ^= 0xFF;
+  EXPECT_EQ(flow_hash(a, kSeed), flow_hash(b, kSeed));
+  EXPECT_NE(flow_hash(a, kSeed), flow_hash(a, kSeed + 1)) << "the seed changes the mapping";
+}
+
+TEST(FlowHash, FragmentsAndOtherProtocolsUseTheAddressPair) {
+  auto first = udp_flow(1000);
+  store_be16(&first[6], 0x2000);  // MF: first fragment, still carries ports
+  auto later = udp_flow(5555);    // a later fragment's "ports" are payload bytes
+  store_be16(&later[6], 0x00B9);  // fragment offset
+  EXPECT_EQ(flow_hash(first, kSeed), flow_hash(later, kSeed));
+  auto icmp_a = udp_flow(1);
+  auto icmp_b = udp_flow(2);
+  icmp_a[9] = icmp_b[9] = 1;  // ICMP: bytes after the header are not ports
+  EXPECT_EQ(flow_hash(icmp_a, kSeed), flow_hash(icmp_b, kSeed));
+}
+
+TEST(FlowHash, Ipv6FiveTupleAndFragmentHeader) {
+  auto a = test::make_ipv6_packet(20);
+  auto b = a;
+  store_be16(&b[40], 1234);
+  EXPECT_NE(flow_hash(a, kSeed), flow_hash(b, kSeed));
+  // Turn both into fragments (next header 44): ports no longer count.
+  a[6] = b[6] = 44;
+  EXPECT_EQ(flow_hash(a, kSeed), flow_hash(b, kSeed));
+}
+
+std::map<uint64_t, uint64_t> assign(const SaGroup& group, int flows) {
+  std::map<uint64_t, uint64_t> flow_to_member;
+  for (int f = 0; f < flows; ++f)
+    flow_to_member[f] = group.pick_key(flow_hash(
+        udp_flow(static_cast<uint16_t>(f), static_cast<uint16_t>(6000 + (f >> 16))), kSeed));
+  return flow_to_member;
+}
+
+void add_members(SaGroup& group, int members) {
+  for (int m = 1; m <= members; ++m) group.set_member(m, nullptr);
+}
+
+TEST(SaGroup, EmptyGroupPicksNothing) {
+  SaGroup group;
+  EXPECT_EQ(group.pick(123), nullptr);
+  EXPECT_EQ(group.pick_key(123), 0u);
+}
+
+TEST(SaGroup, FlowsSpreadEvenly) {
+  constexpr int kFlows = 100000;
+  for (int members : {2, 4, 8, 16}) {
+    SaGroup group;
+    add_members(group, members);
+    std::map<uint64_t, int> load;
+    for (auto& [flow, member] : assign(group, kFlows)) ++load[member];
+    ASSERT_EQ(static_cast<int>(load.size()), members);
+    const double expected = double(kFlows) / members;
+    double chi_square = 0;
+    for (auto& [member, count] : load) {
+      chi_square += (count - expected) * (count - expected) / expected;
+      EXPECT_NEAR(count, expected, expected * 0.05) << members << " members";
+    }
+    // 99.9th percentile of chi-square with 15 degrees of freedom is 37.7.
+    EXPECT_LT(chi_square, 40.0) << members << " members";
+    std::printf("[ ecmp ] %2d members: chi-square %.1f over %d flows\n", members, chi_square,
+                kFlows);
+  }
+}
+
+TEST(SaGroup, RemovingAMemberMovesOnlyItsFlows) {
+  constexpr int kFlows = 20000;
+  SaGroup group;
+  add_members(group, 4);
+  auto before = assign(group, kFlows);
+  ASSERT_TRUE(group.remove_member(3));
+  auto after = assign(group, kFlows);
+  int moved = 0;
+  for (auto& [flow, member] : before) {
+    if (member == 3) {
+      EXPECT_NE(after[flow], 3u);
+      ++moved;
+    } else {
+      EXPECT_EQ(after[flow], member) << "flow " << flow << " moved without cause";
+    }
+  }
+  EXPECT_NEAR(moved, kFlows / 4, kFlows / 4 * 0.1);
+}
+
+TEST(SaGroup, AddingAMemberMovesOnlyFlowsToTheNewcomer) {
+  constexpr int kFlows = 20000;
+  SaGroup group;
+  add_members(group, 4);
+  auto before = assign(group, kFlows);
+  group.set_member(5, nullptr);
+  auto after = assign(group, kFlows);
+  int moved = 0;
+  for (auto& [flow, member] : before) {
+    if (after[flow] != member) {
+      EXPECT_EQ(after[flow], 5u);
+      ++moved;
+    }
+  }
+  EXPECT_NEAR(moved, kFlows / 5, kFlows / 5 * 0.1);
+}
+
+TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
+  constexpr int kFlows = 20000;
+  SaGroup group;
+  add_members(group, 4);
+  auto before = assign(group, kFlows);
+  group.set_member(2, nullptr);  // same member key, new SA
+  EXPECT_EQ(assign(group, kFlows), before);
+  EXPECT_EQ(group.size(), 4u);
+}
+
+}  // namespace
+}  // namespace espgw::pipeline
