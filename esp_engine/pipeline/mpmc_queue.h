@@ -57,7 +57,10 @@ class MpmcQueue {
       const size_t turn = cell.turn.load(std::memory_order_acquire);
       const intptr_t difference = static_cast<intptr_t>(turn) - static_cast<intptr_t>(position + 1);
       if (difference == 0) {
-        if (head_.compare_exchange_weak(position, position + 1, std::memory_order_relaxed)) {
+        // seq_cst on success for the same reason as in try_push: Pipeline::idle() reads
+        // the indexes, then the workers' busy flags.
+        if (head_.compare_exchange_weak(position, position + 1, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed)) {
           out = std::move(cell.value);
           cell.turn.store(position + mask_ + 1, std::memory_order_release);
           return true;

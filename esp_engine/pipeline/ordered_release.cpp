@@ -1,28 +1,20 @@
 #include "pipeline/ordered_release.h"
 
-#include <chrono>
 #include <mutex>
 
 namespace espgw::pipeline {
 
 OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index)
-    : hold_ns_(hold_ns), buffer_(capacity, hold_ns, first_index) {
+    : buffer_(capacity, hold_ns, first_index) {
   pending_.reserve(buffer_.capacity());
   delivering_.reserve(buffer_.capacity());
-}
-
-uint64_t OrderedRelease::now() const {
-  // Outbound channels never time out a gap, so they skip the clock read entirely.
-  if (hold_ns_ == 0) return 0;
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool) {
   {
     std::lock_guard guard(lock_);
-    buffer_.insert(index, packet, now(), pending_);
+    LazyNow now;
+    buffer_.insert(index, packet, now, pending_);
   }
   return drain(sink, pool);
 }
@@ -38,7 +30,8 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
     for (;;) {
       {
         std::lock_guard guard(lock_);
-        stalled = buffer_.release(now(), pending_);
+        LazyNow now;
+        stalled = buffer_.release(now, pending_);
         delivering_.swap(pending_);
       }
       if (delivering_.empty()) break;
@@ -53,7 +46,8 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
     bool more;
     {
       std::lock_guard guard(lock_);
-      more = !pending_.empty() || buffer_.ready(now());
+      LazyNow now;
+      more = !pending_.empty() || buffer_.ready(now);
     }
     if (!more) return stalled;
   }

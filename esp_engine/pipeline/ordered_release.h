@@ -43,9 +43,6 @@ class OrderedRelease {
   uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
 
  private:
-  uint64_t now() const;
-
-  const uint64_t hold_ns_;
   mutable SpinLock lock_;
   ReorderBuffer buffer_;          // under lock_
   std::vector<Packet*> pending_;  // under lock_: released in order, not yet delivered

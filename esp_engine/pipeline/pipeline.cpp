@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "util/futex.h"
+
 namespace espgw::pipeline {
 
 namespace {
@@ -59,7 +61,7 @@ Pipeline::~Pipeline() {
   wait_idle();
   stopping_.store(true, std::memory_order_seq_cst);
   wake_.fetch_add(1, std::memory_order_seq_cst);
-  wake_.notify_all();
+  futex_wake(wake_, static_cast<int>(workers_.size()));
   for (auto& worker : workers_) worker.join();
   {
     std::lock_guard guard(timer_mutex_);
@@ -91,8 +93,7 @@ void Pipeline::relieve_pressure() {
   // least half the pool, and so the missing packets can only arrive through a reader
   // that has nothing to read them into. A pool larger than twice the sum of the reorder
   // capacities never gets here.
-  if (processed_.load(std::memory_order_acquire) != submitted_.load(std::memory_order_acquire))
-    return;  // workers still hold packets: they will come back without giving anything up
+  if (!idle()) return;  // workers still hold packets: they come back without giving up gaps
   size_t held = 0;
   for (auto& channel : stalled) held += channel->release().held();
   if (held * 2 < pool_.size()) return;
@@ -131,15 +132,17 @@ std::shared_ptr<InboundChannel> Pipeline::find_inbound(uint32_t spi) const {
 }
 
 void Pipeline::enqueue(Packet* packet) {
-  submitted_.fetch_add(1, std::memory_order_relaxed);
   // Cannot fail: the queue's capacity is at least the pool's size.
   while (!work_.try_push(packet)) std::this_thread::yield();
   // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
   // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    wake_.fetch_add(1, std::memory_order_release);
-    wake_.notify_one();
-  }
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
+}
+
+void Pipeline::wake_one_worker() {
+  if (wake_pending_.exchange(true, std::memory_order_seq_cst)) return;
+  wake_.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(wake_, 1);
 }
 
 esp::DropReason Pipeline::submit_outbound(const std::shared_ptr<OutboundChannel>& channel,
@@ -226,34 +229,50 @@ void Pipeline::worker_loop(unsigned index) {
   WorkerState& state = worker_state_[index];
   Packet* packet = nullptr;
   int idle_spins = 0;
+  uint64_t packets = 0;
   for (;;) {
-    if (work_.try_pop(packet)) {
-      idle_spins = 0;
+    state.busy.store(true, std::memory_order_seq_cst);
+    while (work_.try_pop(packet)) {
       if (config_.before_crypto) config_.before_crypto(index);
       process(packet);
-      state.packets.fetch_add(1, std::memory_order_relaxed);
-      processed_.fetch_add(1, std::memory_order_release);
-      continue;
+      state.packets.store(++packets, std::memory_order_relaxed);
     }
+    state.busy.store(false, std::memory_order_seq_cst);
     if (stopping_.load(std::memory_order_acquire)) return;
     if (++idle_spins < kSpinsBeforeSleep) {
       __builtin_ia32_pause();
       continue;
     }
-    const uint32_t ticket = wake_.load(std::memory_order_acquire);
+    idle_spins = 0;
+    // Going to sleep: announce it, then clear any wake-up left pending by a producer that
+    // saw an earlier sleeper (otherwise a stale flag would suppress the wake-up meant for
+    // us), then look at the queue one last time. A producer either finds the packet seen
+    // here or finds us counted in sleepers_ with the flag clear, and bumps wake_ past
+    // `ticket`, so futex_wait returns.
+    const uint32_t ticket = wake_.load(std::memory_order_seq_cst);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (work_.size_approx() == 0 && !stopping_.load(std::memory_order_acquire)) {
-      wake_.wait(ticket, std::memory_order_acquire);
+    wake_pending_.exchange(false, std::memory_order_seq_cst);
+    if (work_.size_approx() == 0 && !stopping_.load(std::memory_order_seq_cst)) {
+      futex_wait(wake_, ticket);
       state.wakeups.fetch_add(1, std::memory_order_relaxed);
     }
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    idle_spins = 0;
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    // Consume the wake-up and pass it on if others sleep and work is left.
+    wake_pending_.exchange(false, std::memory_order_seq_cst);
+    if (work_.size_approx() > 1 && sleepers_.load(std::memory_order_seq_cst) > 0)
+      wake_one_worker();
   }
 }
 
+bool Pipeline::idle() const {
+  if (work_.size_approx() != 0) return false;
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (worker_state_[i].busy.load(std::memory_order_seq_cst)) return false;
+  return work_.size_approx() == 0;
+}
+
 void Pipeline::wait_idle() {
-  while (processed_.load(std::memory_order_acquire) != submitted_.load(std::memory_order_acquire))
-    std::this_thread::yield();
+  while (!idle()) std::this_thread::yield();
 }
 
 void Pipeline::schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel) {

@@ -84,7 +84,10 @@ class Pipeline {
   esp::DropReason submit_inbound(Packet* packet);
 
   // Blocks until every submitted packet has been processed by a worker (tests, shutdown).
+  // Only meaningful once the submitting threads have stopped.
   void wait_idle();
+  // No packet queued and no worker processing one.
+  bool idle() const;
 
   esp::EngineCounters& engine_counters() { return engine_counters_; }
   // Times an empty pool made stalled reorder buffers give up their gaps early.
@@ -92,7 +95,9 @@ class Pipeline {
   std::vector<WorkerLoad> worker_load() const;
 
  private:
+  // Each worker writes only its own cache line: no counter is shared by all workers.
   struct alignas(64) WorkerState {
+    std::atomic<bool> busy{false};  // set before a pop, cleared once the queue ran dry
     std::atomic<uint64_t> packets{0};
     std::atomic<uint64_t> wakeups{0};
   };
@@ -111,11 +116,14 @@ class Pipeline {
   esp::EngineCounters engine_counters_;
   SpiTable<InboundChannel> inbound_;
 
-  // Idle workers sleep on `wake_`; producers only touch it when someone sleeps.
+  void wake_one_worker();
+
+  // Idle workers sleep on `wake_`. Producers touch it only when someone sleeps, and only
+  // one wake-up is in flight at a time (`wake_pending_`): a burst of packets costs one
+  // system call, not one per packet. A woken worker passes the wake-up on if work remains.
   alignas(64) std::atomic<uint32_t> wake_{0};
   std::atomic<uint32_t> sleepers_{0};
-  std::atomic<uint64_t> submitted_{0};
-  std::atomic<uint64_t> processed_{0};
+  std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> pressure_flushes_{0};
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;

@@ -1,5 +1,7 @@
 #include "pipeline/reorder_buffer.h"
 
+#include <time.h>
+
 #include <bit>
 
 #include "pipeline/packet.h"
@@ -12,6 +14,16 @@ ReorderBuffer::ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_i
       next_(first_index),
       slots_(std::make_unique<Slot[]>(mask_ + 1)) {
   for (size_t i = 0; i <= mask_; ++i) slots_[i] = nullptr;
+}
+
+uint64_t LazyNow::get() {
+  if (!known_) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    value_ = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+    known_ = true;
+  }
+  return value_;
 }
 
 Packet* ReorderBuffer::tombstone() {
@@ -62,7 +74,7 @@ void ReorderBuffer::advance_to(uint64_t index, std::vector<Packet*>& out) {
   }
 }
 
-void ReorderBuffer::insert(uint64_t index, Packet* packet, uint64_t now_ns,
+void ReorderBuffer::insert(uint64_t index, Packet* packet, LazyNow& now,
                            std::vector<Packet*>& out) {
   if (index < next_) {
     if (packet) {
@@ -87,7 +99,8 @@ void ReorderBuffer::insert(uint64_t index, Packet* packet, uint64_t now_ns,
     return;
   }
   if (packet) {
-    packet->arrival_ns = now_ns;
+    // Only a packet that has to wait needs its arrival time (the hold starts there).
+    packet->arrival_ns = (index == next_ || hold_ns_ == 0) ? 0 : now.get();
     slot = packet;
   } else {
     slot = tombstone();
@@ -102,20 +115,20 @@ std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
   return std::nullopt;
 }
 
-bool ReorderBuffer::gap_expired(uint64_t now_ns, uint64_t& resume_index) const {
+bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index) const {
   if (hold_ns_ == 0) return false;
   const auto waiting = first_held_after_gap();
   if (!waiting) return false;
   resume_index = *waiting;
-  return now_ns - arrival_of(*waiting) >= hold_ns_;
+  return now.get() - arrival_of(*waiting) >= hold_ns_;
 }
 
-bool ReorderBuffer::release(uint64_t now_ns, std::vector<Packet*>& out) {
+bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out) {
   for (;;) {
     pop_in_order(out);
     if (held_ == 0) return false;
     uint64_t resume_index = 0;
-    if (!gap_expired(now_ns, resume_index)) return true;
+    if (!gap_expired(now, resume_index)) return true;
     ++stats_.hold_timeouts;
     advance_to(resume_index, out);
   }
@@ -130,11 +143,11 @@ void ReorderBuffer::flush(std::vector<Packet*>& out) {
   }
 }
 
-bool ReorderBuffer::ready(uint64_t now_ns) const {
+bool ReorderBuffer::ready(LazyNow& now) const {
   if (held_ == 0) return false;
   if (slots_[next_ & mask_] != nullptr) return true;
   uint64_t resume_index = 0;
-  return gap_expired(now_ns, resume_index);
+  return gap_expired(now, resume_index);
 }
 
 }  // namespace espgw::pipeline

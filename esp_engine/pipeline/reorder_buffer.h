@@ -20,6 +20,27 @@ namespace espgw::pipeline {
 
 struct Packet;
 
+// The current time in nanoseconds, read at most once and only if asked: packets that
+// arrive in order never need it, and a clock read costs as much as the rest of the
+// reorder step.
+class LazyNow {
+ public:
+  // Reads CLOCK_MONOTONIC on first use.
+  LazyNow() = default;
+  // A fixed time (tests, and callers that already hold one).
+  static LazyNow at(uint64_t now_ns) {
+    LazyNow now;
+    now.value_ = now_ns;
+    now.known_ = true;
+    return now;
+  }
+  uint64_t get();
+
+ private:
+  uint64_t value_ = 0;
+  bool known_ = false;
+};
+
 struct ReorderStats {
   uint64_t released = 0;       // packets released in order
   uint64_t late = 0;           // packets released after their index had been skipped
@@ -35,15 +56,27 @@ class ReorderBuffer {
 
   // `packet` nullptr marks the index as done with nothing to release (a tombstone).
   // Released packets are appended to `out`.
-  void insert(uint64_t index, Packet* packet, uint64_t now_ns, std::vector<Packet*>& out);
+  void insert(uint64_t index, Packet* packet, LazyNow& now, std::vector<Packet*>& out);
+  void insert(uint64_t index, Packet* packet, uint64_t now_ns, std::vector<Packet*>& out) {
+    LazyNow now = LazyNow::at(now_ns);
+    insert(index, packet, now, out);
+  }
   // Releases everything in order from the release point, skipping a gap whose hold time
   // has expired. Returns true if packets are still held behind a gap.
-  bool release(uint64_t now_ns, std::vector<Packet*>& out);
+  bool release(LazyNow& now, std::vector<Packet*>& out);
+  bool release(uint64_t now_ns, std::vector<Packet*>& out) {
+    LazyNow now = LazyNow::at(now_ns);
+    return release(now, out);
+  }
   // Releases everything held, skipping every gap (shutdown, SA removal).
   void flush(std::vector<Packet*>& out);
 
   // True when release() would return something now.
-  bool ready(uint64_t now_ns) const;
+  bool ready(LazyNow& now) const;
+  bool ready(uint64_t now_ns) const {
+    LazyNow now = LazyNow::at(now_ns);
+    return ready(now);
+  }
   size_t held() const { return held_; }
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
@@ -61,7 +94,7 @@ class ReorderBuffer {
   std::optional<uint64_t> first_held_after_gap() const;
   // True if the gap at the release point has been waited on for the full hold time;
   // `resume_index` is then the first held index after it.
-  bool gap_expired(uint64_t now_ns, uint64_t& resume_index) const;
+  bool gap_expired(LazyNow& now, uint64_t& resume_index) const;
 
   size_t mask_;
   uint64_t hold_ns_;
