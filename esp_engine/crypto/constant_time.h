@@ -3,8 +3,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace espgw::crypto {
+
+// The 16-byte ICV case, as two 64-bit words: no branch and no early exit, and a fraction
+// of the byte loop's cost on the per-packet path.
+inline bool equal_constant_time_16(const uint8_t* a, const uint8_t* b) {
+  uint64_t a0, a1, b0, b1;
+  std::memcpy(&a0, a, 8);
+  std::memcpy(&a1, a + 8, 8);
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&b1, b + 8, 8);
+  volatile uint64_t difference = (a0 ^ b0) | (a1 ^ b1);
+  return difference == 0;
+}
 
 inline bool equal_constant_time(const uint8_t* a, const uint8_t* b, size_t length) {
   uint8_t difference = 0;

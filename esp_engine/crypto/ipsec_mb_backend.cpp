@@ -83,7 +83,7 @@ class GcmKey final : public AeadKey {
       IMB_AES128_GCM_DEC(m, &key_->data, &context, out, in, length, nonce, aad, aad_length,
                          computed, kIcvLength);
     }
-    return equal_constant_time(computed, tag, kIcvLength);
+    return equal_constant_time_16(computed, tag);
   }
 
  private:
@@ -112,7 +112,7 @@ class ChaChaPolyKey final : public AeadKey {
     IMB_CHACHA20_POLY1305_INIT(m, key_, &context, nonce, aad, aad_length);
     IMB_CHACHA20_POLY1305_DEC_UPDATE(m, key_, &context, out, in, length);
     IMB_CHACHA20_POLY1305_DEC_FINALIZE(m, &context, computed, kIcvLength);
-    return equal_constant_time(computed, tag, kIcvLength);
+    return equal_constant_time_16(computed, tag);
   }
 
  private:

@@ -19,16 +19,13 @@ DropReason replay_reason(ReplayWindow::Verdict verdict) {
 
 // Checks the decrypted inner packet against its next-header value and returns its length
 // as stated by its own header; anything after that is TFC padding (RFC 4303 2.7).
-DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header, size_t& length,
-                        IpAddress& source, IpAddress& destination) {
+DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header, size_t& length) {
   if (next_header == kProtocolIpv4) {
     if (available < kIpv4HeaderLength || p[0] >> 4 != 4) return DropReason::inner_malformed;
+    const size_t header_length = (size_t{p[0]} & 0x0F) * 4;
     length = load_be16(p + 2);
-    if ((size_t{p[0]} & 0x0F) * 4 < kIpv4HeaderLength || length < (size_t{p[0]} & 0x0F) * 4 ||
-        length > available)
+    if (header_length < kIpv4HeaderLength || length < header_length || length > available)
       return DropReason::inner_malformed;
-    source = IpAddress::v4(p + 12);
-    destination = IpAddress::v4(p + 16);
     return DropReason::none;
   }
   if (available < kIpv6HeaderLength || p[0] >> 4 != 6) return DropReason::inner_malformed;
@@ -36,9 +33,13 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
   // cannot fit in ESP, and encapsulation accepts the same packet.
   length = load_be16(p + 4) + kIpv6HeaderLength;
   if (length > available) return DropReason::inner_malformed;
-  source = IpAddress::v6(p + 8);
-  destination = IpAddress::v6(p + 24);
   return DropReason::none;
+}
+
+bool inner_addresses_allowed(const InboundSa& sa, const uint8_t* p) {
+  if (sa.config().selectors.empty()) return true;  // the common case: skip the copies
+  if (p[0] >> 4 == 4) return sa.selectors_allow(IpAddress::v4(p + 12), IpAddress::v4(p + 16));
+  return sa.selectors_allow(IpAddress::v6(p + 8), IpAddress::v6(p + 24));
 }
 
 }  // namespace
@@ -72,38 +73,46 @@ DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet) {
   return DropReason::none;
 }
 
-DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
-  InboundSa& sa = *prepared.sa;
-  // Only now, with the ICV verified, may the window move (RFC 4303 3.4.3).
-  const auto verdict = sa.replay_window().commit(prepared.sequence);
-  if (verdict != ReplayWindow::Verdict::accept) return drop(sa.counters(), replay_reason(verdict));
+namespace {
 
-  packet.pull_front(kEspHeaderLength + kExplicitIvLength);
-  packet.trim_back(kIcvLength);
-  const uint8_t* p = packet.data();
-  const size_t payload_length = packet.size();
+// Everything after the ICV: padding, next header, inner packet, selectors. Returns the
+// inner packet's length in `length`.
+DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload_length,
+                           size_t& length) {
   const uint8_t pad_length = p[payload_length - 2];
   const uint8_t next_header = p[payload_length - 1];
-  if (size_t{pad_length} + kEspTrailerLength > payload_length)
-    return drop(sa.counters(), DropReason::bad_padding);
+  if (size_t{pad_length} + kEspTrailerLength > payload_length) return DropReason::bad_padding;
   const size_t data_length = payload_length - kEspTrailerLength - pad_length;
   for (size_t i = 0; i < pad_length; ++i)
-    if (p[data_length + i] != static_cast<uint8_t>(i + 1))
-      return drop(sa.counters(), DropReason::bad_padding);
+    if (p[data_length + i] != static_cast<uint8_t>(i + 1)) return DropReason::bad_padding;
 
-  if (next_header == kProtocolNoNext) return drop(sa.counters(), DropReason::dummy_packet);
+  if (next_header == kProtocolNoNext) return DropReason::dummy_packet;
   if (next_header != kProtocolIpv4 && next_header != kProtocolIpv6)
-    return drop(sa.counters(), DropReason::bad_next_header);
+    return DropReason::bad_next_header;
 
+  const DropReason inner = inner_length(p, data_length, next_header, length);
+  if (inner != DropReason::none) return inner;
+  if (!inner_addresses_allowed(sa, p)) return DropReason::policy_mismatch;
+  return DropReason::none;
+}
+
+}  // namespace
+
+DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
+  InboundSa& sa = *prepared.sa;
+  packet.pull_front(kEspHeaderLength + kExplicitIvLength);
+  packet.trim_back(kIcvLength);
   size_t length = 0;
-  IpAddress source, destination;
-  const DropReason inner = inner_length(p, data_length, next_header, length, source, destination);
-  if (inner != DropReason::none) return drop(sa.counters(), inner);
-  if (!sa.selectors_allow(source, destination))
-    return drop(sa.counters(), DropReason::policy_mismatch);
-
+  const DropReason parsed = parse_decrypted(sa, packet.data(), packet.size(), length);
+  // The window moves for every authentic packet (RFC 4303 3.4.3), whatever its contents;
+  // a replay verdict outranks any content problem. The packet is counted inside the
+  // commit's critical section (single-writer counters).
+  const auto verdict = sa.replay_window().commit(prepared.sequence, [&] {
+    if (parsed == DropReason::none) sa.counters().count_packet_locked(length);
+  });
+  if (verdict != ReplayWindow::Verdict::accept) return drop(sa.counters(), replay_reason(verdict));
+  if (parsed != DropReason::none) return drop(sa.counters(), parsed);
   packet.narrow(0, length);
-  sa.counters().count_packet(length);
   return DropReason::none;
 }
 
@@ -113,7 +122,9 @@ DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, Pack
     engine.count(DropReason::too_short);
     return DropReason::too_short;
   }
-  const std::shared_ptr<InboundSa> sa = table.find(*spi);  // held until finish() returns
+  // The per-thread cache keeps the SA alive until this thread's next lookup, which is
+  // after finish() returns.
+  InboundSa* sa = table.find_cached(*spi);
   if (!sa) {
     engine.count(DropReason::no_sa);
     return DropReason::no_sa;

@@ -83,7 +83,7 @@ size_t encap_tailroom() {
 }
 
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
-                         PreparedEncap& prepared) {
+                         PreparedEncap& prepared, uint64_t sequence_limit) {
   const SaConfig& config = sa.config();
   InnerSummary inner{};
   DropReason reason = summarize_inner(packet, inner);
@@ -110,54 +110,55 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 
   // The sequence number is taken last, once nothing else can fail, so that a number is
   // only consumed by a packet that will be sent.
-  std::optional<uint64_t> sequence;
-  if (reason == DropReason::none) {
-    sequence = sa.next_sequence();
-    if (!sequence) reason = DropReason::sequence_exhausted;
-  }
+  uint64_t sequence = 0;
+  if (reason == DropReason::none) reason = sa.take_sequence(inner_length, sequence_limit, sequence);
   if (reason != DropReason::none) {
     sa.counters().count(reason);
     return reason;
   }
 
+  // Final layout, written through one pointer and committed to the buffer in one update:
+  // [outer IP][UDP] SPI seq IV | inner | padding, pad length, next header | ICV
+  const size_t front = outer_length + kEspHeaderLength + kExplicitIvLength;
+  uint8_t* inner_start = packet.data();
+  uint8_t* start = packet.expand(front, padding + kEspTrailerLength + kIcvLength);
+
   // Trailer: padding 1, 2, 3, ... (RFC 4303 2.4), pad length, next header.
-  uint8_t* trailer = packet.push_back(padding + kEspTrailerLength);
+  uint8_t* trailer = inner_start + inner_length;
   for (size_t i = 0; i < padding; ++i) trailer[i] = static_cast<uint8_t>(i + 1);
   trailer[padding] = static_cast<uint8_t>(padding);
   trailer[padding + 1] = inner.next_header;
-  packet.push_back(kIcvLength);  // filled by seal
 
   // ESP header and explicit IV. The IV is the 64-bit sequence number: unique per SA for
   // its whole life (sequence numbers never repeat), which is all GCM and ChaCha20 need.
-  uint8_t* esp = packet.push_front(kEspHeaderLength + kExplicitIvLength);
+  uint8_t* esp = start + outer_length;
   store_be32(esp, config.spi);
-  store_be32(esp + 4, static_cast<uint32_t>(*sequence));
-  store_be64(esp + kEspHeaderLength, *sequence);
+  store_be32(esp + 4, static_cast<uint32_t>(sequence));
+  store_be64(esp + kEspHeaderLength, sequence);
 
-  prepared = {*sequence, outer_length, inner_length, payload_length, false};
+  prepared = {sequence, outer_length, inner_length, payload_length, false};
   if (outer == OuterHeaders::omit) return DropReason::none;
 
+  const uint8_t protocol = udp ? kProtocolUdp : kProtocolEsp;
+  const size_t ip_header_length = ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength;
   if (udp) {
-    uint8_t* u = packet.push_front(kUdpHeaderLength);
+    uint8_t* u = start + ip_header_length;
     store_be16(u, config.udp_encapsulation->source_port);
     store_be16(u + 2, config.udp_encapsulation->destination_port);
     store_be16(u + 4, static_cast<uint16_t>(kUdpHeaderLength + esp_length));
     store_be16(u + 6, 0);  // RFC 3948 over IPv4: checksum 0; over IPv6 filled by seal
     prepared.udp6_checksum = ipv6_outer;
   }
-  const uint8_t protocol = udp ? kProtocolUdp : kProtocolEsp;
+  const size_t total_length = outer_length + esp_length;
   if (ipv6_outer) {
-    const size_t payload_length_field = packet.size();
-    write_outer_ipv6(sa, packet.push_front(kIpv6HeaderLength), payload_length_field, protocol,
-                     inner);
+    write_outer_ipv6(sa, start, total_length - kIpv6HeaderLength, protocol, inner);
   } else {
-    uint8_t* header = packet.push_front(kIpv4HeaderLength);
-    write_outer_ipv4(sa, header, packet.size(), protocol, inner);
+    write_outer_ipv4(sa, start, total_length, protocol, inner);
   }
   return DropReason::none;
 }
 
-void encap_seal(OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared) {
+void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared) {
   uint8_t* esp = packet.data() + prepared.esp_offset;
   uint8_t* payload = esp + kEspHeaderLength + kExplicitIvLength;
   sa.crypto().seal(prepared.sequence, esp + kEspHeaderLength, payload, prepared.payload_length,
@@ -168,7 +169,6 @@ void encap_seal(OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepa
     const size_t udp_length = packet.size() - kIpv6HeaderLength;
     store_be16(udp + 6, udp6_checksum(ip + 8, ip + 24, udp, udp_length));
   }
-  sa.counters().count_packet(prepared.inner_length);
 }
 
 DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer) {

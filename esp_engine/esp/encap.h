@@ -28,13 +28,15 @@ struct PreparedEncap {
 };
 
 // The buffer must hold exactly one IPv4 or IPv6 packet. On success it holds the headers
-// and trailer around the (still plaintext) payload. On failure the reason is counted on
-// the SA and the buffer is unchanged.
+// and trailer around the (still plaintext) payload, and the packet is counted (sealing
+// cannot fail). On failure the reason is counted on the SA and the buffer is unchanged.
+// `sequence_limit` bounds the number taken (queue_full beyond it): the pipeline's way of
+// bounding packets in flight per SA without a lock of its own.
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
-                         PreparedEncap& prepared);
-// Encrypts the payload, writes the ICV, finishes the outer UDP checksum over IPv6 and
-// counts the packet. Safe to call concurrently for different packets of one SA.
-void encap_seal(OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
+                         PreparedEncap& prepared, uint64_t sequence_limit = ~uint64_t{0});
+// Encrypts the payload, writes the ICV and finishes the outer UDP checksum over IPv6.
+// Safe to call concurrently for different packets of one SA.
+void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
 
 // prepare + seal on the calling thread.
 DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <span>
 
 namespace espgw::esp {
@@ -15,11 +16,18 @@ namespace espgw::esp {
 class PacketBuffer {
  public:
   // Room for outer IPv6 + UDP + ESP header + IV (72 bytes), rounded to a cache line.
+  // With the storage cache-line aligned, the inner packet (the part that gets encrypted)
+  // starts on a cache line: the AVX-512 cipher code is measurably slower on data that
+  // straddles lines.
   static constexpr size_t kDefaultHeadroom = 128;
+  static constexpr size_t kAlignment = 64;
   static constexpr size_t kDefaultCapacity = 2048;
 
   explicit PacketBuffer(size_t capacity = kDefaultCapacity, size_t headroom = kDefaultHeadroom)
-      : storage_(new uint8_t[capacity]), capacity_(capacity), head_(headroom), length_(0) {
+      : storage_(static_cast<uint8_t*>(::operator new[](capacity, std::align_val_t{kAlignment}))),
+        capacity_(capacity),
+        head_(headroom),
+        length_(0) {
     assert(headroom <= capacity);
   }
 
@@ -64,6 +72,15 @@ class PacketBuffer {
     assert(n <= length_);
     length_ -= n;
   }
+  // Grows the view by `front` bytes before and `back` bytes after it, in one update
+  // (separate push_front/push_back calls each rewrite head and length, and the
+  // dependent stores stall store-to-load forwarding on the hot path).
+  uint8_t* expand(size_t front, size_t back) {
+    assert(front <= head_ && back <= tailroom());
+    head_ -= front;
+    length_ += front + back;
+    return data();
+  }
   // Sets the view to [offset, offset + length) of the current view.
   void narrow(size_t offset, size_t length) {
     assert(offset + length <= length_);
@@ -72,7 +89,10 @@ class PacketBuffer {
   }
 
  private:
-  std::unique_ptr<uint8_t[]> storage_;
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{kAlignment}); }
+  };
+  std::unique_ptr<uint8_t[], AlignedDelete> storage_;
   size_t capacity_;
   size_t head_;
   size_t length_;

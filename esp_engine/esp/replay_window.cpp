@@ -63,8 +63,7 @@ ReplayWindow::Candidate ReplayWindow::check(uint32_t sequence_low) const {
   return {sequence, verdict_for(sequence, top)};
 }
 
-ReplayWindow::Verdict ReplayWindow::commit(uint64_t sequence) {
-  std::lock_guard guard(commit_lock_);
+ReplayWindow::Verdict ReplayWindow::commit_locked(uint64_t sequence) {
   const uint64_t top = top_.load(std::memory_order_relaxed);
   const Verdict verdict = verdict_for(sequence, top);
   if (verdict != Verdict::accept) return verdict;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "util/spin_lock.h"
 
@@ -42,10 +43,22 @@ class ReplayWindow {
   // the current window without modifying it.
   Candidate check(uint32_t sequence_low) const;
   // Records `sequence` as received. Returns accept exactly once per sequence number.
-  Verdict commit(uint64_t sequence);
+  Verdict commit(uint64_t sequence) {
+    return commit(sequence, [] {});
+  }
+  // The same, running `on_accept` inside the critical section when accepted: the SA's
+  // single-writer counters are updated there.
+  template <typename OnAccept>
+  Verdict commit(uint64_t sequence, OnAccept&& on_accept) {
+    std::lock_guard guard(commit_lock_);
+    const Verdict verdict = commit_locked(sequence);
+    if (verdict == Verdict::accept) on_accept();
+    return verdict;
+  }
 
  private:
   Verdict verdict_for(uint64_t sequence, uint64_t top) const;
+  Verdict commit_locked(uint64_t sequence);
   uint64_t infer_sequence(uint32_t sequence_low, uint64_t top) const;
 
   uint32_t size_;

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -75,17 +76,22 @@ bool SaCrypto::open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t 
 OutboundSa::OutboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)
     : config_(validated(config)), crypto_(config_, backend) {}
 
-std::optional<uint64_t> OutboundSa::next_sequence() {
-  const uint64_t limit = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
-  // A compare-exchange rather than fetch_add, so the counter can park at 0 ("exhausted")
-  // instead of wrapping: a wrapped counter would hand out a number a second time.
-  // Relaxed is enough: uniqueness comes from the atomic read-modify-write itself.
-  uint64_t sequence = next_sequence_.load(std::memory_order_relaxed);
-  do {
-    if (sequence == 0 || sequence > limit) return std::nullopt;
-  } while (!next_sequence_.compare_exchange_weak(sequence, sequence == limit ? 0 : sequence + 1,
-                                                 std::memory_order_relaxed));
-  return sequence;
+DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence) {
+  const uint64_t last = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
+  std::lock_guard guard(sequence_lock_);
+  const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
+  if (next == 0 || next > last) return DropReason::sequence_exhausted;
+  if (next > limit) return DropReason::queue_full;
+  // Park at 0 instead of wrapping: a wrapped counter would hand out a number twice.
+  next_sequence_.store(next == last ? 0 : next + 1, std::memory_order_relaxed);
+  counters_.count_packet_locked(inner_bytes);
+  sequence = next;
+  return DropReason::none;
+}
+
+void OutboundSa::set_next_sequence(uint64_t next) {
+  std::lock_guard guard(sequence_lock_);
+  next_sequence_.store(next, std::memory_order_relaxed);
 }
 
 uint64_t OutboundSa::last_sequence() const {

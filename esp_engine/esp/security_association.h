@@ -11,8 +11,10 @@
 
 #include "crypto/aead.h"
 #include "esp/counters.h"
+#include "esp/drop_reason.h"
 #include "esp/ip_address.h"
 #include "esp/replay_window.h"
+#include "util/spin_lock.h"
 
 namespace espgw::esp {
 
@@ -80,9 +82,11 @@ class OutboundSa {
   SaCounters& counters() { return counters_; }
   const SaCounters& counters() const { return counters_; }
 
-  // Hands out the next sequence number, or nullopt once the space is exhausted (2^32 - 1
-  // without ESN, 2^64 - 1 with it); RFC 4303 forbids cycling, the SA must be rekeyed.
-  std::optional<uint64_t> next_sequence();
+  // Takes the next sequence number for a packet of `inner_bytes` and counts the packet,
+  // under the SA's lock. Refuses with sequence_exhausted once the space is used up (2^32-1
+  // without ESN, 2^64-1 with it: RFC 4303 forbids cycling, the SA must be rekeyed), and
+  // with queue_full if the number would exceed `limit` (the pipeline's in-flight bound).
+  DropReason take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence);
   // Highest sequence number handed out so far.
   uint64_t last_sequence() const;
   uint16_t next_ip_id() {
@@ -90,12 +94,14 @@ class OutboundSa {
   }
 
   // For tests and rekey tooling: the next packet gets sequence number `next`.
-  void set_next_sequence(uint64_t next) { next_sequence_.store(next, std::memory_order_relaxed); }
+  void set_next_sequence(uint64_t next);
 
  private:
   SaConfig config_;
   SaCrypto crypto_;
-  alignas(64) std::atomic<uint64_t> next_sequence_{1};
+  alignas(64) SpinLock sequence_lock_;
+  // Written under sequence_lock_; 0 means exhausted (0 is never a valid number).
+  std::atomic<uint64_t> next_sequence_{1};
   std::atomic<uint32_t> ip_id_{0};
   SaCounters counters_;
 };

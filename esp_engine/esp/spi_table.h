@@ -3,6 +3,8 @@
 // reference, so an entry deleted by a rekey stays valid for the packets in flight on it.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,11 +17,15 @@ namespace espgw {
 template <typename T>
 class SpiTable {
  public:
+  SpiTable() : generation_(next_generation()) {}
+
   // False (and nothing changes) if the SPI is already present.
   bool add(std::shared_ptr<T> entry) {
     std::unique_lock lock(mutex_);
     const uint32_t spi = entry->spi();
-    return by_spi_.emplace(spi, std::move(entry)).second;
+    const bool added = by_spi_.emplace(spi, std::move(entry)).second;
+    if (added) generation_.store(next_generation(), std::memory_order_release);
+    return added;
   }
   // The removed entry, or nullptr.
   std::shared_ptr<T> remove(uint32_t spi) {
@@ -28,6 +34,7 @@ class SpiTable {
     if (it == by_spi_.end()) return nullptr;
     auto entry = std::move(it->second);
     by_spi_.erase(it);
+    generation_.store(next_generation(), std::memory_order_release);
     return entry;
   }
   std::shared_ptr<T> find(uint32_t spi) const {
@@ -35,6 +42,27 @@ class SpiTable {
     auto it = by_spi_.find(spi);
     return it == by_spi_.end() ? nullptr : it->second;
   }
+  // The same lookup through a small per-thread cache: no lock and no reference count
+  // change while the table is unchanged. The pointer is valid until this thread's next
+  // find_cached() on a table of this type (the cache keeps the entry alive until then).
+  // Any add or remove moves the table to a new, globally unique generation, which
+  // invalidates every thread's cached entries for it.
+  T* find_cached(uint32_t spi) const {
+    struct Entry {
+      uint64_t generation = 0;
+      uint32_t spi = 0;
+      std::shared_ptr<T> entry;
+    };
+    thread_local std::array<Entry, 16> cache;
+    Entry& slot = cache[spi % cache.size()];
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    if (slot.generation == generation && slot.spi == spi && slot.entry) return slot.entry.get();
+    slot.entry = find(spi);
+    slot.generation = generation;
+    slot.spi = spi;
+    return slot.entry.get();
+  }
+
   size_t size() const {
     std::shared_lock lock(mutex_);
     return by_spi_.size();
@@ -46,6 +74,14 @@ class SpiTable {
   }
 
  private:
+  // Generations are unique across all tables, so a table created at a dead table's
+  // address can never match that table's cached entries.
+  static uint64_t next_generation() {
+    static std::atomic<uint64_t> counter{1};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::atomic<uint64_t> generation_;
   mutable std::shared_mutex mutex_;
   std::unordered_map<uint32_t, std::shared_ptr<T>> by_spi_;
 };

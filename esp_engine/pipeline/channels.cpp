@@ -9,13 +9,15 @@ OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink
     : sa_(std::move(sa)),
       sink_(sink),
       max_in_flight_(max_in_flight),
-      // Every index in flight is sure to complete, so gaps are never given up on.
-      release_(max_in_flight, /*hold_ns=*/0, /*first_index=*/0) {}
+      first_sequence_(sa_->last_sequence() + 1),
+      // Every number in flight is sure to complete (sealing cannot fail), so gaps are
+      // never given up on.
+      release_(max_in_flight, /*hold_ns=*/0, first_sequence_) {}
 
 size_t OutboundChannel::in_flight() const {
-  // delivered() is read first: next_index_ only grows, so the difference never underflows.
+  // delivered() is read first: the SA's counter only grows, so this never underflows.
   const uint64_t delivered = release_.delivered();
-  return static_cast<size_t>(next_index_.load(std::memory_order_acquire) - delivered);
+  return static_cast<size_t>(sa_->last_sequence() + 1 - first_sequence_ - delivered);
 }
 
 InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,

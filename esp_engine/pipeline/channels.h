@@ -1,6 +1,7 @@
-// Per-SA pipeline state. An OutboundChannel numbers its packets under a per-SA lock and
-// releases them in that order; an InboundChannel releases by ESP sequence number. Both
-// are reached by workers through the Packet, never through a shared table.
+// Per-SA pipeline state. Both channels release their SA's packets by ESP sequence number:
+// outbound the numbers are dense (the SA hands them out in order), inbound they may have
+// gaps (loss) and arrive in any order. Workers reach a channel through the Packet, never
+// through a shared table.
 #pragma once
 
 #include <atomic>
@@ -8,7 +9,6 @@
 
 #include "esp/security_association.h"
 #include "pipeline/ordered_release.h"
-#include "util/spin_lock.h"
 
 namespace espgw::pipeline {
 
@@ -21,6 +21,10 @@ class OutboundChannel {
   PacketSink& sink() { return sink_; }
   size_t in_flight() const;
   size_t max_in_flight() const { return max_in_flight_; }
+  // Highest sequence number a new packet may take without exceeding max_in_flight.
+  uint64_t sequence_limit() const {
+    return first_sequence_ + release_.delivered() + max_in_flight_ - 1;
+  }
   OrderedRelease& release() { return release_; }
 
  private:
@@ -28,8 +32,9 @@ class OutboundChannel {
   std::shared_ptr<esp::OutboundSa> sa_;
   PacketSink& sink_;
   const size_t max_in_flight_;
-  SpinLock submit_lock_;  // orders "take a sequence number" with "take a release slot"
-  std::atomic<uint64_t> next_index_{0};  // written under submit_lock_
+  // Packets are released by sequence number, which the SA hands out in order under its
+  // own lock, so the channel needs no lock of its own. The first number is fixed here.
+  const uint64_t first_sequence_;
   OrderedRelease release_;
 };
 

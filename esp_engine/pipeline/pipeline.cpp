@@ -148,25 +148,13 @@ void Pipeline::wake_one_worker() {
 esp::DropReason Pipeline::submit_outbound(const std::shared_ptr<OutboundChannel>& channel,
                                           Packet* packet, esp::OuterHeaders outer) {
   OutboundChannel& c = *channel;
-  esp::DropReason reason = esp::DropReason::none;
-  {
-    std::lock_guard guard(c.submit_lock_);
-    const uint64_t index = c.next_index_.load(std::memory_order_relaxed);
-    if (index - c.release_.delivered() >= c.max_in_flight_) {
-      reason = esp::DropReason::queue_full;
-      c.sa().counters().count(reason);
-    } else {
-      reason = esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap);
-      if (reason == esp::DropReason::none) {
-        packet->order_index = index;
-        c.next_index_.store(index + 1, std::memory_order_release);
-      }
-    }
-  }
+  const esp::DropReason reason =
+      esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, c.sequence_limit());
   if (reason != esp::DropReason::none) {
-    pool_.release(packet);
+    pool_.release(packet);  // counted on the SA by encap_prepare
     return reason;
   }
+  packet->order_index = packet->encap.sequence;
   packet->direction = Direction::outbound;
   packet->outer = outer;
   packet->outbound = channel;
@@ -259,8 +247,7 @@ void Pipeline::worker_loop(unsigned index) {
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     // Consume the wake-up and pass it on if others sleep and work is left.
     wake_pending_.exchange(false, std::memory_order_seq_cst);
-    if (work_.size_approx() > 1 && sleepers_.load(std::memory_order_seq_cst) > 0)
-      wake_one_worker();
+    if (work_.size_approx() > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
   }
 }
 

@@ -1,7 +1,7 @@
 // The parallel ESP pipeline: any SA's packets on any worker, each SA's packets released
 // in order.
 //
-//   submit_outbound: per-SA lock { sequence number + ESP headers + release slot }
+//   submit_outbound: sequence number (under the SA's lock) + ESP headers
 //                    -> shared lock-free work queue -> any worker seals
 //                    -> the SA's OrderedRelease hands packets to its sink in order
 //   submit_inbound:  SPI lookup + anti-replay pre-check -> shared work queue
