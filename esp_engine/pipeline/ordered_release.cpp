@@ -11,12 +11,14 @@ OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first
 }
 
 bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool) {
-  {
-    std::lock_guard guard(lock_);
-    LazyNow now;
-    buffer_.insert(index, packet, now, pending_);
-  }
+  stage(index, packet);
   return drain(sink, pool);
+}
+
+void OrderedRelease::stage(uint64_t index, Packet* packet) {
+  std::lock_guard guard(lock_);
+  LazyNow now;
+  buffer_.insert(index, packet, now, pending_);
 }
 
 bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {

@@ -32,6 +32,8 @@ class OrderedRelease {
   // Inserts `packet` (nullptr: a tombstone) at `index`, then delivers what is ready.
   // Returns true if packets stay held behind a gap, so the caller must come back later.
   bool insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool);
+  // Inserts without delivering: a worker stages a whole batch, then drains once.
+  void stage(uint64_t index, Packet* packet);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
   // Delivers everything held, skipping every gap.

@@ -40,6 +40,11 @@ struct PipelineConfig {
   size_t max_in_flight_per_sa = 512;             // outbound packets between submit and delivery
   size_t reorder_capacity = 512;                 // inbound sequence numbers held per SA
   std::chrono::microseconds reorder_hold{1000};  // longest wait for a missing packet
+  // When more packets than this wait in the work queue, the submitting thread processes a
+  // batch itself before returning. On a machine with fewer free cores than workers (a
+  // small VM, or a reader sharing a core), handing every packet to another thread costs a
+  // context switch; helping keeps the queue short and the latency low. 0 disables it.
+  size_t submitter_assist_threshold = 64;
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
 };
@@ -51,6 +56,9 @@ struct WorkerLoad {
 
 class Pipeline {
  public:
+  // Packets a worker takes from the queue at once.
+  static constexpr size_t kWorkerBatch = 32;
+
   explicit Pipeline(PipelineConfig config);
   // Finishes every packet already submitted, delivers what is held, stops the workers.
   ~Pipeline();
@@ -92,6 +100,8 @@ class Pipeline {
   esp::EngineCounters& engine_counters() { return engine_counters_; }
   // Times an empty pool made stalled reorder buffers give up their gaps early.
   uint64_t pressure_flushes() const { return pressure_flushes_.load(std::memory_order_relaxed); }
+  // Packets processed by submitting threads instead of workers.
+  uint64_t assisted_packets() const { return assisted_packets_.load(std::memory_order_relaxed); }
   std::vector<WorkerLoad> worker_load() const;
 
  private:
@@ -104,8 +114,7 @@ class Pipeline {
 
   void enqueue(Packet* packet);
   void worker_loop(unsigned index);
-  void process(Packet* packet);
-  void finish_inbound(Packet* packet);
+  void process_batch(Packet* const* batch, size_t count, unsigned worker);
   void schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel);
   void relieve_pressure();
   void timer_loop();
@@ -117,6 +126,7 @@ class Pipeline {
   SpiTable<InboundChannel> inbound_;
 
   void wake_one_worker();
+  void assist();
 
   // Idle workers sleep on `wake_`. Producers touch it only when someone sleeps, and only
   // one wake-up is in flight at a time (`wake_pending_`): a burst of packets costs one
@@ -125,6 +135,8 @@ class Pipeline {
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> pressure_flushes_{0};
+  std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
+  std::atomic<uint64_t> assisted_packets_{0};
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;
   std::vector<std::thread> workers_;

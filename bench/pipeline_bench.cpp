@@ -1,0 +1,949 @@
+// Parallel pipeline benchmark: the whole in-memory data path of the gateway, through the
+// real esp_engine/pipeline code, against raw ipsec-mb measured in the same binary (GUIDE 5).
+//
+//   feeder (the benchmark thread)
+//     acquire a Packet (nullptr = backpressure: yield and retry), copy a 1400-byte inner
+//     IPv4/UDP packet in, classify it (flow_hash + SaGroup::pick), write a per-SA counter
+//     into the UDP payload, Pipeline::submit_outbound(channel, packet, OuterHeaders::omit)
+//   workers seal, the SA's OrderedRelease hands ESP packets in order to the LoopbackSink
+//   LoopbackSink::deliver (on a worker)
+//     copies each ESP packet into a fresh Packet and calls submit_inbound on the same
+//     pipeline, where the SA's inbound half is registered: what the peer gateway would do
+//   workers verify + decrypt, the SA's reorder buffer releases by sequence number
+//   InboundSink::deliver counts packets and bytes and checks that the per-SA counter
+//     strictly increases. The reorder buffer is bounded by design (reorder_capacity
+//     sequence numbers, reorder_hold time): when a worker is descheduled long enough that
+//     a gap is given up, the missing packet is released "late", which is one violation.
+//     Violations beyond the reorder buffer's late count are a pipeline bug and fail the
+//     benchmark (--pipeline_strict_order fails on any); late ones are reported as counters.
+//
+// Benchmarks (all UseRealTime):
+//   raw/AES-128-GCM/roundtrip/1400   IMB_AES128_GCM_ENC + IMB_AES128_GCM_DEC + 16-byte tag
+//                                    compare of the 1404-byte ESP payload, one thread: the
+//                                    minimum crypto work per packet.
+//   pipeline/sas:S/workers:W         one iteration = feed a batch of 256 packets; the last
+//                                    iteration also waits until every packet came out of
+//                                    the inbound sink, so the timed region covers all work.
+//                                    S = 1 (a group of one SA) or 64 (a group of 64, 1024
+//                                    flows); W = 1..hardware_concurrency().
+//   reorder/{inbound,outbound}/{in_order,shuffled64}
+//                                    ReorderBuffer alone, one thread, insert + release per
+//                                    packet as OrderedRelease does: indexes in order, or
+//                                    randomly permuted within windows of 64. Inbound uses
+//                                    the pipeline's hold time (gap scans), outbound none.
+//
+// Counters: Gbps and Mpps (inner bytes/packets delivered by the inbound sink), ns_per_packet
+// (real), cpu_ns_per_packet (process CPU time, all threads, per delivered packet), split
+// into feeder_cpu_ns_per_packet (the benchmark thread, backpressure waits included) and
+// worker_cpu_ns_per_packet (the rest: workers, gap timer), drops, order_violations,
+// reorder-buffer late/hold_timeouts/overflows and feeder_wait (fraction of the feeder's
+// wall time spent waiting on backpressure).
+//
+// After the run a summary is printed (and written to --pipeline_summary_out=FILE): per SA
+// count and worker count, Gbit/s, Mpps, scaling efficiency throughput(n)/(n*throughput(1)),
+// fraction of raw = throughput / (raw single-thread throughput * n), and CPU efficiency =
+// raw ns per packet / pipeline CPU ns per packet (all threads, and workers only). Medians
+// when --benchmark_repetitions > 1.
+//
+// Honesty note: the feeder thread does real work (copy, classify, submit) and competes with
+// the workers for the CPUs. With W workers the process wants W + 1 busy threads; on a
+// 2-core machine W = 2 is oversubscribed, and every W is bounded by the single feeder when
+// the workers are faster than it (feeder_wait near 0 means the feeder, not the workers, was
+// the bottleneck). The fairest efficiency figure on an oversubscribed box is the CPU
+// figure: CPU ns per packet against raw crypto ns per packet.
+//
+// Extra flags (besides Google Benchmark's):
+//   --pipeline_summary_out=FILE  also write the summary to FILE
+//   --pipeline_workers=LIST      worker counts, e.g. 1,2,4,8 (default 1..hardware threads)
+//   --pipeline_batch=N           packets fed per iteration (default 256)
+//   --pipeline_pool=N            pool packets (default 8192)
+//   --pipeline_reorder_hold_us=N inbound reorder hold time (default: the pipeline's 1000)
+//   --pipeline_reorder_capacity=N inbound reorder window per SA (default: the pipeline's 512)
+//   --pipeline_pin               pin workers to CPUs (PipelineConfig::pin_workers)
+//   --pipeline_strict_order      fail on any order violation, even one the reorder buffer
+//                                accounts for as a late release (see below)
+#include <benchmark/benchmark.h>
+#include <intel-ipsec-mb.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "crypto/aead.h"
+#include "esp/counters.h"
+#include "esp/drop_reason.h"
+#include "esp/encap.h"
+#include "esp/esp_format.h"
+#include "esp/ip_address.h"
+#include "esp/packet_buffer.h"
+#include "esp/security_association.h"
+#include "pipeline/channels.h"
+#include "pipeline/flow_hash.h"
+#include "pipeline/ordered_release.h"
+#include "pipeline/packet.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/reorder_buffer.h"
+#include "pipeline/sa_group.h"
+#include "util/byte_order.h"
+
+namespace {
+
+namespace esp = espgw::esp;
+namespace crypto = espgw::crypto;
+namespace pl = espgw::pipeline;
+
+constexpr size_t kInner = 1400;
+constexpr size_t kFlows = 1024;
+constexpr uint32_t kSpiBase = 0x00010000;
+constexpr uint64_t kFlowSeed = 0x5eed5eed12345678ull;
+constexpr size_t kTagLength = 16;
+constexpr size_t kAadLength = 8;
+// UDP payload offset in the inner packet: where the per-SA marker goes.
+constexpr size_t kMarkerOffset = esp::kIpv4HeaderLength + esp::kUdpHeaderLength;
+constexpr uint16_t kSourcePortBase = 10000;
+constexpr auto kDrainTimeout = std::chrono::seconds(10);
+
+size_t g_batch = 256;
+size_t g_pool = 8192;
+std::optional<unsigned> g_reorder_hold_us;
+std::optional<size_t> g_reorder_capacity;
+bool g_pin = false;
+bool g_strict_order = false;
+std::vector<unsigned> g_workers;
+
+// ESP payload (inner + padding + 2-byte trailer), as esp/encap.cpp computes it.
+constexpr size_t esp_payload_length(size_t inner) {
+  const size_t padding =
+      (esp::kPayloadAlignment - (inner + esp::kEspTrailerLength) % esp::kPayloadAlignment) %
+      esp::kPayloadAlignment;
+  return inner + padding + esp::kEspTrailerLength;
+}
+
+uint16_t ipv4_checksum(const uint8_t* header) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < esp::kIpv4HeaderLength; i += 2) sum += espgw::load_be16(header + i);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// A 1400-byte IPv4/UDP packet 10.1.0.1:10000 -> 10.2.0.1:5201; the feeder patches the
+// source port (the flow) and the marker.
+std::vector<uint8_t> make_inner_packet() {
+  std::vector<uint8_t> p(kInner);
+  for (size_t i = 0; i < kInner; ++i) p[i] = static_cast<uint8_t>(i * 7 + 3);
+  p[0] = 0x45;
+  p[1] = 0;
+  espgw::store_be16(&p[2], static_cast<uint16_t>(kInner));
+  espgw::store_be16(&p[4], 1);
+  espgw::store_be16(&p[6], 0x4000);  // DF
+  p[8] = 64;
+  p[9] = esp::kProtocolUdp;
+  espgw::store_be16(&p[10], 0);
+  const uint8_t source[] = {10, 1, 0, 1}, destination[] = {10, 2, 0, 1};
+  std::memcpy(&p[12], source, 4);
+  std::memcpy(&p[16], destination, 4);
+  espgw::store_be16(&p[10], ipv4_checksum(p.data()));
+  espgw::store_be16(&p[20], kSourcePortBase);
+  espgw::store_be16(&p[22], 5201);
+  espgw::store_be16(&p[24], static_cast<uint16_t>(kInner - esp::kIpv4HeaderLength));
+  espgw::store_be16(&p[26], 0);  // no UDP checksum
+  return p;
+}
+
+std::vector<uint8_t> key_material(uint32_t sa_index) {
+  std::vector<uint8_t> key(crypto::key_material_length(crypto::AeadAlgorithm::aes_gcm_128));
+  for (size_t i = 0; i < key.size(); ++i)
+    key[i] = static_cast<uint8_t>(0x11 * (i + 1) + 31 * sa_index);
+  return key;
+}
+
+esp::SaConfig make_config(uint32_t sa_index) {
+  esp::SaConfig config;
+  config.spi = kSpiBase + sa_index;
+  config.algorithm = crypto::AeadAlgorithm::aes_gcm_128;
+  config.key_material = key_material(sa_index);
+  config.tunnel_source = *esp::IpAddress::parse("192.0.2.1");
+  config.tunnel_destination = *esp::IpAddress::parse("192.0.2.2");
+  config.replay_window = 1024;
+  return config;
+}
+
+uint64_t cpu_clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw ipsec-mb baseline.
+
+IMB_ARCH g_arch = IMB_ARCH_NONE;
+
+// The first thread to ask reuses the manager created at start-up; every other thread gets
+// its own (one manager per thread, as ipsec-mb requires).
+bool state_is_first_thread() {
+  static std::atomic<bool> taken{false};
+  return !taken.exchange(true);
+}
+
+IMB_MGR* raw_manager() {
+  static IMB_MGR* const manager = [] {
+    IMB_MGR* m = alloc_mb_mgr(0);
+    if (m == nullptr) throw std::bad_alloc();
+    init_mb_mgr_auto(m, &g_arch);
+    if (imb_get_errno(m) != 0) throw std::runtime_error("ipsec-mb: init_mb_mgr_auto failed");
+    return m;
+  }();
+  return manager;
+}
+
+const char* arch_name(IMB_ARCH arch) {
+  switch (arch) {
+    case IMB_ARCH_NOAESNI:
+      return "no-aesni";
+    case IMB_ARCH_SSE:
+      return "sse";
+    case IMB_ARCH_AVX:
+      return "avx";
+    case IMB_ARCH_AVX2:
+      return "avx2";
+    case IMB_ARCH_AVX512:
+      return "avx512";
+    default:
+      return "unknown";
+  }
+}
+
+// gcm_key_data must be 16-byte aligned; the header only guarantees it with -DLINUX.
+struct alignas(64) RawKey {
+  gcm_key_data gcm;
+};
+
+// Also run with ->Threads(n): n independent threads doing raw crypto, the most this
+// machine can do with n cores busy. On a small VM that is well below n times one thread
+// (vCPUs share host cores), and it is the fair ceiling for n workers.
+void raw_roundtrip(benchmark::State& state) {
+  thread_local IMB_MGR* const manager = [] {
+    if (IMB_MGR* shared = raw_manager(); shared && state_is_first_thread()) return shared;
+    IMB_MGR* m = alloc_mb_mgr(0);
+    if (m == nullptr) throw std::bad_alloc();
+    init_mb_mgr_auto(m, nullptr);
+    return m;
+  }();
+  auto key = std::make_unique<RawKey>();
+  const std::vector<uint8_t> material = key_material(0);
+  IMB_AES128_GCM_PRE(manager, material.data(), &key->gcm);
+  uint8_t nonce[crypto::kNonceLength];
+  uint8_t aad[kAadLength];
+  std::memcpy(nonce,
+              material.data() + crypto::cipher_key_length(crypto::AeadAlgorithm::aes_gcm_128),
+              crypto::kSaltLength);
+  espgw::store_be64(nonce + crypto::kSaltLength, 1);
+  espgw::store_be32(aad, kSpiBase);
+  espgw::store_be32(aad + 4, 1);
+  const size_t length = esp_payload_length(kInner);
+  // Placed like a pipeline packet: at the default headroom of a 2048-byte heap buffer.
+  std::unique_ptr<uint8_t[]> storage(new uint8_t[2048]);
+  uint8_t* payload = storage.get() + esp::PacketBuffer::kDefaultHeadroom;
+  const std::vector<uint8_t> packet = make_inner_packet();
+  std::memcpy(payload, packet.data(), kInner);
+  std::memset(payload + kInner, 0, length - kInner);
+  uint8_t* tag = payload + length;
+  uint8_t computed[kTagLength];
+  for (auto _ : state) {
+    gcm_context_data context;
+    IMB_AES128_GCM_ENC(manager, &key->gcm, &context, payload, payload, length, nonce, aad,
+                       kAadLength, tag, kTagLength);
+    IMB_AES128_GCM_DEC(manager, &key->gcm, &context, payload, payload, length, nonce, aad,
+                       kAadLength, computed, kTagLength);
+    if (std::memcmp(computed, tag, kTagLength) != 0) {
+      state.SkipWithError("raw roundtrip: tag mismatch");
+      break;
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kInner));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  state.counters["ns_per_packet"] = benchmark::Counter(
+      1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["Gbps"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kInner * 8 / 1e9, benchmark::Counter::kIsRate);
+}
+
+// ---------------------------------------------------------------------------------------
+// The pipeline.
+
+struct Totals {
+  std::atomic<uint64_t> delivered{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> violations{0};
+  std::atomic<uint64_t> loopback_drops{0};  // no free packet for the ESP copy
+  std::atomic<uint64_t> first_violation_sa{~0ull};
+};
+
+// Marker in the UDP payload: SA index (4 bytes) and the SA's packet counter (8 bytes).
+void write_marker(uint8_t* inner, uint32_t sa_index, uint64_t counter) {
+  espgw::store_be32(inner + kMarkerOffset, sa_index);
+  espgw::store_be64(inner + kMarkerOffset + 4, counter);
+}
+
+// One per inbound SA: deliver() runs on one thread at a time per channel (OrderedRelease's
+// draining flag orders the calls), so `last_` needs no lock.
+class InboundSink : public pl::PacketSink {
+ public:
+  InboundSink(Totals& totals, uint32_t sa_index) : totals_(totals), sa_index_(sa_index) {}
+
+  void deliver(std::span<pl::Packet* const> packets) override {
+    uint64_t bytes = 0;
+    uint64_t violations = 0;
+    for (const pl::Packet* packet : packets) {
+      const esp::PacketBuffer& b = packet->buffer;
+      bytes += b.size();
+      if (b.size() != kInner) {
+        ++violations;
+        continue;
+      }
+      const uint32_t sa = espgw::load_be32(b.data() + kMarkerOffset);
+      const uint64_t counter = espgw::load_be64(b.data() + kMarkerOffset + 4);
+      if (sa != sa_index_ || counter <= last_) ++violations;
+      last_ = counter;
+    }
+    if (violations > 0) {
+      totals_.violations.fetch_add(violations, std::memory_order_relaxed);
+      uint64_t none = ~0ull;
+      totals_.first_violation_sa.compare_exchange_strong(none, sa_index_);
+    }
+    totals_.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    totals_.delivered.fetch_add(packets.size(), std::memory_order_release);
+  }
+
+ private:
+  Totals& totals_;
+  const uint32_t sa_index_;
+  uint64_t last_ = 0;
+};
+
+// The wire: each sealed ESP packet goes back into the same pipeline, inbound.
+class LoopbackSink : public pl::PacketSink {
+ public:
+  explicit LoopbackSink(Totals& totals) : totals_(totals) {}
+  void set_pipeline(pl::Pipeline* pipeline) { pipeline_ = pipeline; }
+
+  void deliver(std::span<pl::Packet* const> packets) override {
+    for (const pl::Packet* packet : packets) {
+      pl::Packet* copy = pipeline_->acquire();
+      if (copy == nullptr) {
+        totals_.loopback_drops.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      copy->buffer.assign(packet->buffer.bytes());
+      // A drop here is counted on the inbound SA (or the engine counters) by the pipeline.
+      pipeline_->submit_inbound(copy);
+    }
+  }
+
+ private:
+  Totals& totals_;
+  pl::Pipeline* pipeline_ = nullptr;
+};
+
+struct Rig {
+  Totals totals;
+  LoopbackSink loopback{totals};
+  std::vector<std::unique_ptr<InboundSink>> inbound_sinks;
+  std::vector<std::shared_ptr<esp::InboundSa>> inbound_sas;
+  std::vector<std::shared_ptr<esp::OutboundSa>> outbound_sas;
+  std::unique_ptr<pl::Pipeline> pipeline;  // destroyed before the sinks it delivers to
+  std::vector<std::shared_ptr<pl::OutboundChannel>> outbound;
+  std::vector<std::shared_ptr<pl::InboundChannel>> inbound;
+  pl::SaGroup group;
+  std::vector<uint64_t> next_counter;  // per SA, written by the feeder only
+
+  Rig(unsigned workers, uint32_t sas) {
+    pl::PipelineConfig config;
+    config.workers = workers;
+    config.pin_workers = g_pin;
+    config.pool_packets = g_pool;
+    config.packet_capacity = 2048;
+    if (g_reorder_hold_us) config.reorder_hold = std::chrono::microseconds(*g_reorder_hold_us);
+    if (g_reorder_capacity) config.reorder_capacity = *g_reorder_capacity;
+    pipeline = std::make_unique<pl::Pipeline>(config);
+    loopback.set_pipeline(pipeline.get());
+    next_counter.assign(sas, 0);
+    for (uint32_t i = 0; i < sas; ++i) {
+      const esp::SaConfig sa_config = make_config(i);
+      outbound_sas.push_back(
+          std::make_shared<esp::OutboundSa>(sa_config, crypto::ipsec_mb_backend()));
+      inbound_sas.push_back(
+          std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()));
+      inbound_sinks.push_back(std::make_unique<InboundSink>(totals, i));
+      outbound.push_back(pipeline->make_outbound(outbound_sas.back(), loopback));
+      auto channel = pipeline->add_inbound(inbound_sas.back(), *inbound_sinks.back());
+      if (!channel) throw std::runtime_error("add_inbound: SPI taken");
+      inbound.push_back(std::move(channel));
+      group.set_member(i + 1, outbound.back());
+    }
+  }
+
+  ~Rig() {
+    // Stop the workers (the destructor drains) before the channels and sinks go.
+    pipeline.reset();
+  }
+
+  // Packets that will never reach an inbound sink: drops counted anywhere on the path.
+  uint64_t dropped(uint64_t feeder_drops) const {
+    uint64_t sum = feeder_drops + totals.loopback_drops.load(std::memory_order_relaxed);
+    for (const auto& sa : inbound_sas) sum += sa->counters().total_drops();
+    sum += const_cast<pl::Pipeline&>(*pipeline).engine_counters().total_drops();
+    return sum;
+  }
+
+  pl::ReorderStats reorder_stats() const {
+    pl::ReorderStats total;
+    for (const auto& channel : inbound) {
+      const pl::ReorderStats s = channel->release().stats();
+      total.released += s.released;
+      total.late += s.late;
+      total.skipped += s.skipped;
+      total.hold_timeouts += s.hold_timeouts;
+      total.overflows += s.overflows;
+    }
+    return total;
+  }
+
+  std::string describe_drops() const {
+    std::ostringstream out;
+    std::map<std::string, uint64_t> reasons;
+    for (const auto& sa : inbound_sas)
+      for (size_t r = 1; r < esp::kDropReasonCount; ++r)
+        if (const uint64_t n = sa->counters().drops(static_cast<esp::DropReason>(r)))
+          reasons[std::string("in:") +
+                  std::string(esp::drop_reason_name(static_cast<esp::DropReason>(r)))] += n;
+    for (const auto& sa : outbound_sas)
+      for (size_t r = 1; r < esp::kDropReasonCount; ++r)
+        if (const uint64_t n = sa->counters().drops(static_cast<esp::DropReason>(r)))
+          reasons[std::string("out:") +
+                  std::string(esp::drop_reason_name(static_cast<esp::DropReason>(r)))] += n;
+    for (const auto& [name, n] : reasons) out << " " << name << "=" << n;
+    return out.str();
+  }
+};
+
+void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
+  Rig rig(workers, sas);
+  pl::Pipeline& pipeline = *rig.pipeline;
+  const std::vector<uint8_t> inner = make_inner_packet();
+  // Keep a quarter of the pool for the loopback's ESP copies: the feeder's outbound packets
+  // and their inbound copies together never exhaust it, so the loopback does not drop.
+  const size_t reserve = std::max<size_t>(g_pool / 4, 2 * g_batch);
+
+  // Touch every packet buffer once, so that first-touch page faults of the 16 MB pool are
+  // not timed.
+  {
+    std::vector<pl::Packet*> all;
+    while (pl::Packet* packet = pipeline.acquire()) {
+      packet->buffer.assign(inner);
+      all.push_back(packet);
+    }
+    for (pl::Packet* packet : all) pipeline.release(packet);
+  }
+
+  uint64_t fed = 0;           // packets handed to submit_outbound
+  uint64_t feeder_drops = 0;  // refused by submit_outbound
+  uint64_t wait_ns = 0;       // feeder time spent on backpressure
+  size_t flow = 0;
+  const benchmark::IterationCount last = state.max_iterations;
+  benchmark::IterationCount iteration = 0;
+  bool failed = false;
+
+  auto wait_start = [] { return std::chrono::steady_clock::now(); };
+  const uint64_t cpu_start = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  const uint64_t feeder_cpu_start = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  for (auto _ : state) {
+    for (size_t i = 0; i < g_batch; ++i) {
+      pl::Packet* packet = nullptr;
+      if (pipeline.pool().available() <= reserve || (packet = pipeline.acquire()) == nullptr) {
+        const auto t0 = wait_start();
+        do {
+          std::this_thread::yield();
+        } while (pipeline.pool().available() <= reserve ||
+                 (packet = pipeline.acquire()) == nullptr);
+        wait_ns += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(wait_start() - t0).count());
+      }
+      packet->buffer.assign(inner);
+      uint8_t* data = packet->buffer.data();
+      espgw::store_be16(data + 20, static_cast<uint16_t>(kSourcePortBase + flow));
+      flow = flow + 1 == kFlows ? 0 : flow + 1;
+      const uint64_t hash = pl::flow_hash(packet->buffer.bytes(), kFlowSeed);
+      std::shared_ptr<pl::OutboundChannel> channel = rig.group.pick(hash);
+      // Per-SA backpressure: wait rather than have the packet dropped as queue-full.
+      if (channel->in_flight() >= channel->max_in_flight()) {
+        const auto t0 = wait_start();
+        do {
+          std::this_thread::yield();
+        } while (channel->in_flight() >= channel->max_in_flight());
+        wait_ns += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(wait_start() - t0).count());
+      }
+      const uint32_t sa_index = channel->sa().config().spi - kSpiBase;
+      write_marker(data, sa_index, ++rig.next_counter[sa_index]);
+      ++fed;
+      if (pipeline.submit_outbound(channel, packet, esp::OuterHeaders::omit) !=
+          esp::DropReason::none)
+        ++feeder_drops;
+    }
+    if (++iteration == last) {
+      // Last iteration: everything fed must come out (or be counted as dropped) before
+      // the clock stops.
+      pipeline.wait_idle();
+      const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+      while (rig.totals.delivered.load(std::memory_order_acquire) + rig.dropped(feeder_drops) <
+             fed) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          failed = true;
+          break;
+        }
+        std::this_thread::yield();
+      }
+    }
+  }
+  const uint64_t feeder_cpu_ns = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID) - feeder_cpu_start;
+  const uint64_t cpu_ns = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+
+  const uint64_t delivered = rig.totals.delivered.load();
+  const uint64_t dropped = rig.dropped(feeder_drops);
+  const pl::ReorderStats reorder = rig.reorder_stats();
+  if (failed) {
+    std::ostringstream message;
+    message << "pipeline stalled: fed " << fed << ", delivered " << delivered << ", dropped "
+            << dropped << " (" << rig.describe_drops() << " ), reorder late=" << reorder.late
+            << " skipped=" << reorder.skipped << " hold_timeouts=" << reorder.hold_timeouts
+            << " overflows=" << reorder.overflows;
+    for (size_t i = 0; i < rig.inbound.size(); ++i)
+      if (const size_t held = rig.inbound[i]->release().held())
+        message << " sa" << i << "_held=" << held;
+    state.SkipWithError(message.str().c_str());
+    return;
+  }
+  // A packet released "late" (its index skipped after the hold time or on overflow of the
+  // reorder window) is the pipeline's documented bound at work, and shows up here as exactly
+  // one order violation. Any violation beyond those is a pipeline bug.
+  const uint64_t violations = rig.totals.violations.load();
+  if (violations > reorder.late || (g_strict_order && violations > 0)) {
+    std::ostringstream message;
+    message << "order violations: " << violations << " (first on SA "
+            << rig.totals.first_violation_sa << "), reorder late=" << reorder.late
+            << " skipped=" << reorder.skipped << " hold_timeouts=" << reorder.hold_timeouts
+            << " overflows=" << reorder.overflows << ", drops:" << rig.describe_drops();
+    state.SkipWithError(message.str().c_str());
+    return;
+  }
+  if (delivered + dropped != fed) {
+    std::ostringstream message;
+    message << "accounting: fed " << fed << " != delivered " << delivered << " + dropped "
+            << dropped;
+    state.SkipWithError(message.str().c_str());
+    return;
+  }
+
+  const double packets = static_cast<double>(delivered);
+  state.SetBytesProcessed(static_cast<int64_t>(rig.totals.bytes.load()));
+  state.SetItemsProcessed(static_cast<int64_t>(delivered));
+  using C = benchmark::Counter;
+  state.counters["Gbps"] = C(static_cast<double>(rig.totals.bytes.load()) * 8 / 1e9, C::kIsRate);
+  state.counters["Mpps"] = C(packets / 1e6, C::kIsRate);
+  // seconds * 1e9 / packets
+  state.counters["ns_per_packet"] = C(packets / 1e9, C::kIsRate | C::kInvert);
+  // Process CPU time (every thread) per packet, and the part of it the feeder spent
+  // (its copy/classify/submit work and its backpressure waits); the rest is the workers'
+  // and the gap timer's.
+  state.counters["cpu_ns_per_packet"] = C(packets > 0 ? static_cast<double>(cpu_ns) / packets : 0);
+  state.counters["feeder_cpu_ns_per_packet"] =
+      C(packets > 0 ? static_cast<double>(feeder_cpu_ns) / packets : 0);
+  state.counters["worker_cpu_ns_per_packet"] =
+      C(packets > 0 ? static_cast<double>(cpu_ns - std::min(cpu_ns, feeder_cpu_ns)) / packets : 0);
+  state.counters["order_violations"] = C(static_cast<double>(violations));
+  state.counters["feeder_wait"] = C(static_cast<double>(wait_ns) / 1e9, C::kIsRate);
+  state.counters["drops"] = C(static_cast<double>(dropped));
+  state.counters["late"] = C(static_cast<double>(reorder.late));
+  state.counters["hold_timeouts"] = C(static_cast<double>(reorder.hold_timeouts));
+  state.counters["overflows"] = C(static_cast<double>(reorder.overflows));
+  state.counters["workers"] = C(workers);
+  state.counters["sas"] = C(sas);
+}
+
+// ---------------------------------------------------------------------------------------
+// ReorderBuffer alone.
+
+constexpr size_t kReorderBatch = 4096;
+constexpr size_t kReorderWindow = 64;
+constexpr size_t kReorderCapacity = 512;  // PipelineConfig's default reorder_capacity
+
+void reorder_bench(benchmark::State& state, bool shuffled, uint64_t hold_ns) {
+  // Offsets within one batch: identity, or a random permutation inside each window of 64.
+  std::vector<uint64_t> order(kReorderBatch);
+  for (size_t i = 0; i < kReorderBatch; ++i) order[i] = i;
+  if (shuffled) {
+    std::mt19937_64 random(42);
+    for (size_t w = 0; w < kReorderBatch; w += kReorderWindow)
+      std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(w),
+                   order.begin() + static_cast<std::ptrdiff_t>(w + kReorderWindow), random);
+  }
+  // The buffer only stores the pointers; they are never dereferenced.
+  alignas(64) static uint8_t dummy[64];
+  pl::Packet* const fake = reinterpret_cast<pl::Packet*>(dummy);
+  pl::ReorderBuffer buffer(kReorderCapacity, hold_ns, 0);
+  std::vector<pl::Packet*> out;
+  out.reserve(kReorderCapacity + kReorderBatch);
+  uint64_t base = 0;
+  uint64_t now = 0;  // a fake clock that never lets the hold time expire
+  uint64_t released = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < kReorderBatch; ++i) {
+      buffer.insert(base + order[i], fake, ++now, out);
+      buffer.release(now, out);  // as OrderedRelease::drain does after every insert
+      if (out.size() >= kReorderCapacity) {
+        released += out.size();
+        out.clear();
+      }
+    }
+    base += kReorderBatch;
+    benchmark::DoNotOptimize(out.data());
+  }
+  released += out.size();
+  const uint64_t expected = static_cast<uint64_t>(state.iterations()) * kReorderBatch;
+  if (released != expected || buffer.held() != 0) {
+    state.SkipWithError("reorder buffer lost or held packets");
+    return;
+  }
+  using C = benchmark::Counter;
+  state.SetItemsProcessed(static_cast<int64_t>(expected));
+  state.counters["ns_per_packet"] = C(static_cast<double>(expected) / 1e9, C::kIsRate | C::kInvert);
+}
+
+// ---------------------------------------------------------------------------------------
+// Registration, the collecting reporter and the summary.
+
+const std::string kRawName = "raw/AES-128-GCM/roundtrip/1400";
+std::string raw_threads_name(unsigned threads) {
+  return kRawName + "/parallel:" + std::to_string(threads);
+}
+constexpr uint32_t kSaCounts[] = {1, 64};
+const char* const kReorderNames[] = {"reorder/inbound/in_order", "reorder/inbound/shuffled64",
+                                     "reorder/outbound/in_order", "reorder/outbound/shuffled64"};
+
+std::string pipeline_name(uint32_t sas, unsigned workers) {
+  return "pipeline/sas:" + std::to_string(sas) + "/workers:" + std::to_string(workers);
+}
+
+double to_ns(double value, benchmark::TimeUnit unit) {
+  switch (unit) {
+    case benchmark::kNanosecond:
+      return value;
+    case benchmark::kMicrosecond:
+      return value * 1e3;
+    case benchmark::kMillisecond:
+      return value * 1e6;
+    case benchmark::kSecond:
+      return value * 1e9;
+  }
+  return value;
+}
+
+// Passes everything to the display reporter and keeps, per benchmark, the counters of the
+// "median" aggregate (with repetitions) or of the individual runs (their median is taken).
+class CollectingReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit CollectingReporter(benchmark::BenchmarkReporter* display) : display_(display) {}
+
+  bool ReportContext(const Context& context) override { return display_->ReportContext(context); }
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    // Inverted rates would print with an "s" unit ("71.3s"); their values are final by now.
+    std::vector<Run> shown = runs;
+    for (Run& run : shown)
+      for (auto& [name, counter] : run.counters)
+        if (counter.flags & benchmark::Counter::kInvert)
+          counter.flags = benchmark::Counter::kDefaults;
+    display_->ReportRuns(shown);
+    for (const Run& run : runs) {
+      if (run.error_occurred) {
+        errors_[run.run_name.function_name] = run.error_message;
+        continue;
+      }
+      Samples& samples = samples_[run.run_name.function_name];
+      std::map<std::string, double> values;
+      for (const auto& [name, counter] : run.counters) values[name] = counter.value;
+      values["real_ns"] = to_ns(run.GetAdjustedRealTime(), run.time_unit);
+      if (run.run_type == Run::RT_Aggregate) {
+        if (run.aggregate_name == "median") {
+          for (const auto& [name, value] : values) samples.median[name] = value;
+          samples.repetitions = run.repetitions;
+        }
+      } else {
+        samples.runs.push_back(std::move(values));
+      }
+    }
+  }
+
+  void Finalize() override { display_->Finalize(); }
+
+  std::optional<double> value(const std::string& benchmark, const std::string& counter) const {
+    const auto it = samples_.find(benchmark);
+    if (it == samples_.end()) return std::nullopt;
+    const auto m = it->second.median.find(counter);
+    if (m != it->second.median.end()) return m->second;
+    std::vector<double> values;
+    for (const auto& run : it->second.runs)
+      if (const auto v = run.find(counter); v != run.end()) values.push_back(v->second);
+    if (values.empty()) return std::nullopt;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  }
+
+  int64_t repetitions() const {
+    int64_t r = 0;
+    for (const auto& [name, samples] : samples_) r = std::max(r, samples.repetitions);
+    return r;
+  }
+  const std::map<std::string, std::string>& errors() const { return errors_; }
+
+ private:
+  struct Samples {
+    std::map<std::string, double> median;
+    int64_t repetitions = 0;
+    std::vector<std::map<std::string, double>> runs;
+  };
+  benchmark::BenchmarkReporter* display_;
+  std::map<std::string, Samples> samples_;
+  std::map<std::string, std::string> errors_;
+};
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  return line;
+}
+
+void print_summary(const CollectingReporter& r, std::ostream& out) {
+  const int64_t repetitions = r.repetitions();
+  const unsigned cpus = std::thread::hardware_concurrency();
+  out << "# espgw pipeline: classify -> encrypt -> loopback -> decrypt -> reorder -> deliver\n"
+      << "# AES-128-GCM (ipsec-mb), " << kInner << "-byte inner IPv4/UDP, " << kFlows
+      << " flows, batch " << g_batch << ", pool " << g_pool << "; "
+      << (repetitions > 0 ? "median of " + std::to_string(repetitions) + " repetitions"
+                          : std::string("single run"))
+      << "; " << cpus << " hardware threads\n";
+  const auto raw_ns = r.value(kRawName, "real_ns");
+  const auto raw_gbps = r.value(kRawName, "Gbps");
+  if (raw_ns && raw_gbps)
+    out << format(
+        "# raw ipsec-mb, one thread, encrypt + decrypt + tag compare: %.1f ns/packet "
+        "= %.2f Gbit/s\n",
+        *raw_ns, *raw_gbps);
+  for (const unsigned w : g_workers) {
+    if (w == 1) continue;
+    if (const auto parallel = r.value(raw_threads_name(w), "Gbps"); parallel && raw_gbps)
+      out << format(
+          "# raw ipsec-mb, %u threads at once: %.2f Gbit/s = %.2fx one thread (the machine's "
+          "ceiling for %u workers)\n",
+          w, *parallel, *parallel / *raw_gbps, w);
+  }
+  out << "# scaling = Gbit/s(n) / (n * Gbit/s(1));  of_raw = Gbit/s / (raw Gbit/s * n);  "
+         "of_ceiling = Gbit/s / raw Gbit/s with n threads at once\n"
+         "# cpu_ns = process CPU (all threads) per packet; wcpu_ns = the same without the "
+         "feeder thread\n"
+         "# cpu_eff = raw ns / cpu_ns;  wcpu_eff = raw ns / wcpu_ns (the pipeline's own "
+         "efficiency)\n"
+         "# feeder_wait = share of wall time the feeder waited on backpressure; late = packets "
+         "the bounded\n# reorder buffer released after giving up their gap (hold time or "
+         "window overflow)\n";
+  out << "# NOTE: the feeder (the benchmark thread: copy + classify + submit) is a busy thread "
+         "besides the W workers.\n# With W + 1 > "
+      << cpus
+      << " hardware threads the machine is oversubscribed: feeder and workers share cores, "
+         "so\n# real-time scaling understates the pipeline; compare wcpu_ns with raw ns. A "
+         "feeder_wait near 0\n# means the single feeder, not the workers, bounded throughput.\n";
+  for (const uint32_t sas : kSaCounts) {
+    out << "\nSAs: " << sas << (sas == 1 ? " (a group of one)" : " (one group, ECMP by flow)")
+        << "\n";
+    out << format("%7s %8s %7s %8s %8s %8s %8s %7s %10s %8s %8s %11s %6s %5s\n", "workers",
+                  "Gbit/s", "Mpps", "real_ns", "cpu_ns", "wcpu_ns", "scaling", "of_raw",
+                  "of_ceiling", "cpu_eff", "wcpu_eff", "feeder_wait", "drops", "late");
+    std::optional<double> base;
+    for (const unsigned w : g_workers) {
+      const std::string name = pipeline_name(sas, w);
+      if (const auto e = r.errors().find(name); e != r.errors().end()) {
+        out << format("%7u ERROR: %s\n", w, e->second.c_str());
+        continue;
+      }
+      const auto gbps = r.value(name, "Gbps");
+      if (!gbps) continue;
+      if (w == 1) base = gbps;
+      const double cpu_ns = r.value(name, "cpu_ns_per_packet").value_or(0);
+      const double wcpu_ns = r.value(name, "worker_cpu_ns_per_packet").value_or(0);
+      const auto ratio = [](std::optional<double> num, std::optional<double> den) {
+        return num && den && *den > 0 ? format("%.3f", *num / *den) : std::string("-");
+      };
+      const auto ceiling = w == 1 ? raw_gbps : r.value(raw_threads_name(w), "Gbps");
+      out << format(
+          "%7u %8.2f %7.3f %8.1f %8.1f %8.1f %8s %7s %10s %8s %8s %11.3f %6.0f %5.0f\n", w, *gbps,
+          r.value(name, "Mpps").value_or(0), r.value(name, "ns_per_packet").value_or(0), cpu_ns,
+          wcpu_ns, ratio(gbps, base ? std::optional<double>(*base * w) : std::nullopt).c_str(),
+          ratio(gbps, raw_gbps ? std::optional<double>(*raw_gbps * w) : std::nullopt).c_str(),
+          ratio(gbps, ceiling).c_str(), ratio(raw_ns, cpu_ns).c_str(),
+          ratio(raw_ns, wcpu_ns).c_str(), r.value(name, "feeder_wait").value_or(0),
+          r.value(name, "drops").value_or(0), r.value(name, "late").value_or(0));
+    }
+  }
+  out << "\nReorderBuffer alone (one thread, capacity " << kReorderCapacity
+      << ", insert + release per packet):\n";
+  for (const char* name : kReorderNames)
+    if (const auto ns = r.value(name, "ns_per_packet"))
+      out << format("  %-30s %8.2f ns/packet\n", name, *ns);
+}
+
+bool parse_unsigned(std::string_view text, unsigned long& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  const std::string s(text);
+  value = std::strtoul(s.c_str(), &end, 10);
+  return end != nullptr && *end == '\0';
+}
+
+// Takes our own --pipeline_* flags out of argv; returns false on a malformed one.
+bool parse_own_flags(int& argc, char** argv, std::string& summary_out) {
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto value = [&] { return arg.substr(arg.find('=') + 1); };
+    unsigned long n = 0;
+    if (arg.starts_with("--pipeline_summary_out=")) {
+      summary_out = std::string(value());
+    } else if (arg.starts_with("--pipeline_workers=")) {
+      std::string_view list = value();
+      while (!list.empty()) {
+        const size_t comma = list.find(',');
+        if (!parse_unsigned(list.substr(0, comma), n) || n == 0 || n > 1024) {
+          std::cerr << "--pipeline_workers: a comma-separated list of positive numbers\n";
+          return false;
+        }
+        g_workers.push_back(static_cast<unsigned>(n));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
+    } else if (arg.starts_with("--pipeline_batch=")) {
+      if (!parse_unsigned(value(), n) || n == 0) {
+        std::cerr << "--pipeline_batch must be a positive number\n";
+        return false;
+      }
+      g_batch = n;
+    } else if (arg.starts_with("--pipeline_pool=")) {
+      if (!parse_unsigned(value(), n) || n < 1024) {
+        std::cerr << "--pipeline_pool must be at least 1024\n";
+        return false;
+      }
+      g_pool = n;
+    } else if (arg.starts_with("--pipeline_reorder_hold_us=")) {
+      if (!parse_unsigned(value(), n) || n == 0) {
+        std::cerr << "--pipeline_reorder_hold_us must be a positive number\n";
+        return false;
+      }
+      g_reorder_hold_us = static_cast<unsigned>(n);
+    } else if (arg.starts_with("--pipeline_reorder_capacity=")) {
+      if (!parse_unsigned(value(), n) || n == 0) {
+        std::cerr << "--pipeline_reorder_capacity must be a positive number\n";
+        return false;
+      }
+      g_reorder_capacity = n;
+    } else if (arg == "--pipeline_strict_order") {
+      g_strict_order = true;
+    } else if (arg == "--pipeline_pin") {
+      g_pin = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  std::string summary_out;
+  if (!parse_own_flags(argc, argv, summary_out)) return 2;
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  if (g_workers.empty()) {
+    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned w = 1; w <= cpus; ++w) g_workers.push_back(w);
+  }
+  std::sort(g_workers.begin(), g_workers.end());
+  g_workers.erase(std::unique(g_workers.begin(), g_workers.end()), g_workers.end());
+  if (g_workers.front() != 1) g_workers.insert(g_workers.begin(), 1);  // scaling needs 1
+
+  raw_manager();
+  benchmark::AddCustomContext("ipsec_mb_version", imb_get_version_str());
+  benchmark::AddCustomContext("ipsec_mb_arch", arch_name(g_arch));
+  benchmark::AddCustomContext("espgw_backend", std::string(crypto::ipsec_mb_backend().name()));
+  benchmark::AddCustomContext("pipeline_batch", std::to_string(g_batch));
+  benchmark::AddCustomContext("pipeline_pool", std::to_string(g_pool));
+  benchmark::AddCustomContext("pipeline_feeder",
+                              "one feeder thread (the benchmark thread) besides the workers");
+
+  benchmark::RegisterBenchmark(kRawName.c_str(), raw_roundtrip)->UseRealTime();
+  for (const unsigned w : g_workers)
+    if (w > 1)
+      benchmark::RegisterBenchmark(raw_threads_name(w).c_str(), raw_roundtrip)
+          ->Threads(static_cast<int>(w))
+          ->UseRealTime();
+  for (const uint32_t sas : kSaCounts)
+    for (const unsigned w : g_workers)
+      benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w)
+          ->UseRealTime()
+          ->MeasureProcessCPUTime();
+  const uint64_t hold_ns = 1'000'000;  // PipelineConfig's default reorder_hold, 1 ms
+  benchmark::RegisterBenchmark(kReorderNames[0], reorder_bench, false, hold_ns)->UseRealTime();
+  benchmark::RegisterBenchmark(kReorderNames[1], reorder_bench, true, hold_ns)->UseRealTime();
+  benchmark::RegisterBenchmark(kReorderNames[2], reorder_bench, false, uint64_t{0})->UseRealTime();
+  benchmark::RegisterBenchmark(kReorderNames[3], reorder_bench, true, uint64_t{0})->UseRealTime();
+
+  CollectingReporter reporter(benchmark::CreateDefaultDisplayReporter());
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+
+  std::cout << "\n";
+  print_summary(reporter, std::cout);
+  if (!summary_out.empty()) {
+    std::ofstream file(summary_out);
+    print_summary(reporter, file);
+    if (!file) {
+      std::cerr << "cannot write " << summary_out << "\n";
+      return 1;
+    }
+  }
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Plots the pipeline benchmark: inner-packet Gbit/s against worker count for 1 SA and
+64 SAs, with the raw ipsec-mb single-thread throughput times the worker count as the
+ceiling; and, beside it, CPU time per packet (all threads, and without the feeder thread)
+against the raw crypto time per packet.
+
+Usage: plot_pipeline_bench.py [bench/results/pipeline_bench.json] [docs/img/pipeline_scaling.png]
+
+Reads Google Benchmark JSON written by bench/run_pipeline_bench.sh. Uses the "median"
+aggregate of each benchmark when there is one, otherwise the median of its individual runs.
+Benchmark names: pipeline/sas:<S>/workers:<W>/... and raw/AES-128-GCM/roundtrip/1400/...
+"""
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RAW = "raw/AES-128-GCM/roundtrip/1400"
+PIPELINE = re.compile(r"^pipeline/sas:(\d+)/workers:(\d+)")
+COUNTERS = ["Gbps", "cpu_ns_per_packet", "worker_cpu_ns_per_packet", "ns_per_packet"]
+COLORS = {1: "#1f77b4", 64: "#ff7f0e"}
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    medians = {}
+    runs = defaultdict(lambda: defaultdict(list))
+    for b in data["benchmarks"]:
+        if b.get("error_occurred"):
+            continue
+        name = b.get("run_name", b["name"])
+        values = {k: b[k] for k in COUNTERS if k in b}
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                medians[name] = values
+        else:
+            for k, v in values.items():
+                runs[name][k].append(v)
+    result = {}
+    for name, values in runs.items():
+        result[name] = {k: statistics.median(v) for k, v in values.items()}
+    result.update(medians)
+    return result, data.get("context", {})
+
+
+def main():
+    source = sys.argv[1] if len(sys.argv) > 1 else "bench/results/pipeline_bench.json"
+    target = sys.argv[2] if len(sys.argv) > 2 else "docs/img/pipeline_scaling.png"
+    values, context = load(source)
+    raw = next((v for n, v in values.items() if n.startswith(RAW)), None)
+    series = defaultdict(dict)  # sas -> workers -> values
+    for name, v in values.items():
+        m = PIPELINE.match(name)
+        if m:
+            series[int(m.group(1))][int(m.group(2))] = v
+    if not series:
+        sys.exit(f"{source}: no pipeline results")
+
+    fig, (ax_tp, ax_cpu) = plt.subplots(1, 2, figsize=(12, 4.8))
+    all_workers = sorted({w for s in series.values() for w in s})
+    if raw and "Gbps" in raw:
+        ax_tp.plot(all_workers, [raw["Gbps"] * w for w in all_workers], "--", color="#888888",
+                   label=f"raw ipsec-mb x workers ({raw['Gbps']:.1f} Gbit/s per thread)")
+    for sas in sorted(series):
+        ws = sorted(series[sas])
+        ax_tp.plot(ws, [series[sas][w].get("Gbps", 0) for w in ws], "o-", color=COLORS.get(sas),
+                   label=f"pipeline, {sas} SA{'s' if sas > 1 else ''}")
+        ax_cpu.plot(ws, [series[sas][w].get("cpu_ns_per_packet", 0) for w in ws], "o-",
+                    color=COLORS.get(sas), label=f"{sas} SA{'s' if sas > 1 else ''}: all threads")
+        ax_cpu.plot(ws, [series[sas][w].get("worker_cpu_ns_per_packet", 0) for w in ws], "s:",
+                    color=COLORS.get(sas),
+                    label=f"{sas} SA{'s' if sas > 1 else ''}: without the feeder")
+    if raw and "ns_per_packet" in raw:
+        ax_cpu.axhline(raw["ns_per_packet"], linestyle="--", color="#888888",
+                       label=f"raw encrypt + decrypt ({raw['ns_per_packet']:.0f} ns)")
+    cpus = context.get("num_cpus", "?")
+    ax_tp.set_title(f"Throughput, 1400 B AES-128-GCM, encrypt + decrypt ({cpus} CPUs)")
+    ax_tp.set_xlabel("workers (plus one feeder thread)")
+    ax_tp.set_ylabel("inner Gbit/s")
+    ax_tp.set_xticks(all_workers)
+    ax_tp.set_ylim(bottom=0)
+    ax_tp.grid(alpha=0.3)
+    ax_tp.legend(fontsize=8)
+    ax_cpu.set_title("Process CPU time per packet")
+    ax_cpu.set_xlabel("workers (plus one feeder thread)")
+    ax_cpu.set_ylabel("CPU ns per packet")
+    ax_cpu.set_xticks(all_workers)
+    ax_cpu.set_ylim(bottom=0)
+    ax_cpu.grid(alpha=0.3)
+    ax_cpu.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    fig.savefig(target, dpi=110)
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
