@@ -1,5 +1,6 @@
 #include "esp/security_association.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 #include <mutex>
@@ -34,43 +35,61 @@ SaCrypto::SaCrypto(const SaConfig& config, const crypto::CryptoBackend& backend)
   const size_t key_length = crypto::cipher_key_length(config.algorithm);
   if (config.key_material.size() != key_length + crypto::kSaltLength)
     throw std::invalid_argument("key material has the wrong length");
-  memcpy(salt_, config.key_material.data() + key_length, crypto::kSaltLength);
+  memcpy(&salt_word_, config.key_material.data() + key_length, crypto::kSaltLength);
   key_ = backend.make_key(config.algorithm, {config.key_material.data(), key_length});
 }
 
 SaCrypto::~SaCrypto() {
-  explicit_bzero(salt_, sizeof salt_);
+  explicit_bzero(&salt_word_, sizeof salt_word_);
 }
 
-size_t SaCrypto::make_aad(uint64_t sequence, uint8_t* aad) const {
+namespace {
+
+// The nonce and AAD are built in registers and written with one aligned 16-byte store
+// each. ipsec-mb's AVX-512 code reads them with 16-byte masked loads right away; built
+// from several small stores they stall store-to-load forwarding, which measured ~11 ns
+// per packet and direction (more than everything else the engine does around the cipher).
+struct alignas(16) CipherInputs {
+  uint8_t nonce[16];  // salt || explicit IV, then 4 unused bytes
+  uint8_t aad[16];    // SPI || seq (8 bytes) or SPI || seq-high || seq-low (12 bytes)
+};
+
+void store16(uint8_t* out, uint64_t low, uint64_t high) {
+  _mm_store_si128(reinterpret_cast<__m128i*>(out),
+                  _mm_set_epi64x(static_cast<long long>(high), static_cast<long long>(low)));
+}
+
+}  // namespace
+
+size_t SaCrypto::build_inputs(uint64_t sequence, const uint8_t* iv, uint8_t* nonce,
+                              uint8_t* aad) const {
+  // Little-endian words laid out so the bytes land in wire order.
+  uint64_t iv_word;
+  memcpy(&iv_word, iv, 8);
+  store16(nonce, uint64_t{salt_word_} | (iv_word << 32), iv_word >> 32);
   // RFC 4106 5 / RFC 7634 3: SPI || seq (32 bits), or SPI || seq-high || seq-low with ESN.
-  store_be32(aad, spi_);
+  const uint64_t spi = __builtin_bswap32(spi_);
   if (esn_) {
-    store_be64(aad + 4, sequence);
+    const uint64_t seq_be = __builtin_bswap64(sequence);
+    store16(aad, spi | (seq_be << 32), seq_be >> 32);
     return 12;
   }
-  store_be32(aad + 4, static_cast<uint32_t>(sequence));
+  store16(aad, spi | (uint64_t{__builtin_bswap32(static_cast<uint32_t>(sequence))} << 32), 0);
   return 8;
 }
 
 void SaCrypto::seal(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
                     uint8_t* icv) const {
-  uint8_t nonce[crypto::kNonceLength];
-  uint8_t aad[12];
-  memcpy(nonce, salt_, crypto::kSaltLength);
-  memcpy(nonce + crypto::kSaltLength, iv, 8);
-  const size_t aad_length = make_aad(sequence, aad);
-  key_->seal(nonce, aad, aad_length, data, data, length, icv);
+  CipherInputs inputs;
+  const size_t aad_length = build_inputs(sequence, iv, inputs.nonce, inputs.aad);
+  key_->seal(inputs.nonce, inputs.aad, aad_length, data, data, length, icv);
 }
 
 bool SaCrypto::open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
                     const uint8_t* icv) const {
-  uint8_t nonce[crypto::kNonceLength];
-  uint8_t aad[12];
-  memcpy(nonce, salt_, crypto::kSaltLength);
-  memcpy(nonce + crypto::kSaltLength, iv, 8);
-  const size_t aad_length = make_aad(sequence, aad);
-  return key_->open(nonce, aad, aad_length, data, data, length, icv);
+  CipherInputs inputs;
+  const size_t aad_length = build_inputs(sequence, iv, inputs.nonce, inputs.aad);
+  return key_->open(inputs.nonce, inputs.aad, aad_length, data, data, length, icv);
 }
 
 OutboundSa::OutboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)

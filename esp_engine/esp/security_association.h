@@ -64,12 +64,14 @@ class SaCrypto {
                           const uint8_t* icv) const;
 
  private:
-  size_t make_aad(uint64_t sequence, uint8_t* aad) const;
+  // Writes the 12-byte nonce and the AAD into 16-byte aligned buffers; returns the AAD
+  // length.
+  size_t build_inputs(uint64_t sequence, const uint8_t* iv, uint8_t* nonce, uint8_t* aad) const;
 
   uint32_t spi_;
   bool esn_;
   crypto::AeadAlgorithm algorithm_;
-  uint8_t salt_[crypto::kSaltLength];
+  uint32_t salt_word_ = 0;  // the 4 salt bytes as they sit in memory
   std::unique_ptr<crypto::AeadKey> key_;
 };
 
