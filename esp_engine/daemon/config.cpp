@@ -1,0 +1,149 @@
+#include "daemon/config.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace espgw::daemon {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out, T min, T max) {
+  T value{};
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < min || value > max)
+    return false;
+  out = value;
+  return true;
+}
+
+bool parse_bool(std::string_view text, bool& out) {
+  if (text == "yes" || text == "true" || text == "1") return out = true, true;
+  if (text == "no" || text == "false" || text == "0") return out = false, true;
+  return false;
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path) {
+  ConfigResult result;
+  GatewayConfig config;
+  bool have_local = false;
+  std::istringstream lines(text);
+  std::string raw;
+  unsigned number = 0;
+  auto error = [&](const std::string& message) {
+    result.errors.push_back(path + ":" + std::to_string(number) + ": " + message);
+  };
+  while (std::getline(lines, raw)) {
+    ++number;
+    std::string_view line = raw;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto equals = line.find('=');
+    if (equals == std::string_view::npos) {
+      error("expected 'key = value', got '" + std::string(line) + "'");
+      continue;
+    }
+    const std::string key(trim(line.substr(0, equals)));
+    const std::string_view value = trim(line.substr(equals + 1));
+    if (value.empty()) {
+      error("'" + key + "' has no value");
+      continue;
+    }
+    const auto bad = [&](const char* expected) {
+      error("'" + key + "': expected " + expected + ", got '" + std::string(value) + "'");
+    };
+    if (key == "tun-name") {
+      if (value.size() > 15)
+        bad("an interface name of at most 15 characters");
+      else
+        config.tun_name = value;
+    } else if (key == "tun-queues") {
+      if (!parse_number(value, config.tun_queues, 1u, 64u)) bad("a number from 1 to 64");
+    } else if (key == "tun-address") {
+      if (auto prefix = esp::IpPrefix::parse(value))
+        config.tun_address = prefix;
+      else
+        bad("an address with prefix length, like 10.1.255.1/32");
+    } else if (key == "local-address") {
+      if (auto address = esp::IpAddress::parse(value)) {
+        config.local_address = *address;
+        have_local = true;
+      } else {
+        bad("an IPv4 or IPv6 address");
+      }
+    } else if (key == "udp-port") {
+      if (!parse_number<uint16_t>(value, config.udp_port, 1, 65535)) bad("a port number");
+    } else if (key == "static-sa-file") {
+      const std::string file(value);
+      config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;
+    } else if (key == "workers") {
+      if (!parse_number(value, config.workers, 0u, 1024u))
+        bad("a number from 0 (one per CPU) to 1024");
+    } else if (key == "pin-workers") {
+      if (!parse_bool(value, config.pin_workers)) bad("yes or no");
+    } else if (key == "socket-buffer") {
+      if (!parse_number<size_t>(value, config.socket_buffer_bytes, 65536, size_t{1} << 30))
+        bad("a size in bytes from 65536 to 1073741824");
+    } else if (key == "reorder-hold-us") {
+      unsigned us = 0;
+      if (parse_number(value, us, 1u, 1000000u))
+        config.reorder_hold = std::chrono::microseconds(us);
+      else
+        bad("microseconds from 1 to 1000000");
+    } else if (key == "pool-packets") {
+      if (!parse_number<size_t>(value, config.pool_packets, 256, 1 << 20))
+        bad("a number from 256 to 1048576");
+    } else if (key == "tunnel-mtu") {
+      unsigned mtu = 0;
+      if (parse_number(value, mtu, 576u, 65000u))
+        config.tunnel_mtu = mtu;
+      else
+        bad("an MTU from 576 to 65000");
+    } else if (key == "log-level") {
+      if (auto level = parse_log_level(value))
+        config.log_level = *level;
+      else
+        bad("error, warn, info or debug");
+    } else if (key == "stats-interval") {
+      unsigned seconds = 0;
+      if (parse_number(value, seconds, 0u, 86400u))
+        config.stats_interval = std::chrono::seconds(seconds);
+      else
+        bad("seconds from 0 (off) to 86400");
+    } else {
+      error("unknown key '" + key + "'");
+    }
+  }
+  if (!have_local) result.errors.push_back(path + ": 'local-address' is required");
+  if (config.static_sa_file.empty())
+    result.errors.push_back(path + ": 'static-sa-file' is required");
+  if (result.errors.empty()) result.config = std::move(config);
+  return result;
+}
+
+ConfigResult parse_gateway_config(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return {std::nullopt, {path + ": cannot open the file"}};
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_gateway_config_text(text.str(), path);
+}
+
+}  // namespace espgw::daemon

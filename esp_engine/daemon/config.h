@@ -1,0 +1,44 @@
+// espgw.conf: the daemon's one configuration file. Line-based `key = value`, '#' starts a
+// comment. Every problem is reported as "FILE:LINE: message" and the daemon exits
+// non-zero. See configs/espgw.conf for a documented example.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/log.h"
+#include "esp/ip_address.h"
+
+namespace espgw::daemon {
+
+struct GatewayConfig {
+  std::string tun_name = "espgw0";
+  unsigned tun_queues = 1;
+  std::optional<esp::IpPrefix> tun_address;  // optional address on the TUN device
+  esp::IpAddress local_address;              // WAN address espgw sends from (required)
+  uint16_t udp_port = 4500;
+  std::string static_sa_file;  // resolved against the config file's directory
+  unsigned workers = 0;        // 0: one per online CPU
+  bool pin_workers = false;
+  size_t socket_buffer_bytes = 4 << 20;
+  std::chrono::microseconds reorder_hold{1000};
+  size_t pool_packets = 8192;
+  // Tunnel MTU: derived from the route MTU towards the peers minus the ESP overhead,
+  // unless set here.
+  std::optional<unsigned> tunnel_mtu;
+  LogLevel log_level = LogLevel::info;
+  std::chrono::seconds stats_interval{0};  // 0: no periodic counter log
+};
+
+struct ConfigResult {
+  std::optional<GatewayConfig> config;
+  std::vector<std::string> errors;  // "FILE:LINE: message"
+};
+
+ConfigResult parse_gateway_config(const std::string& path);
+ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path);
+
+}  // namespace espgw::daemon

@@ -1,0 +1,458 @@
+#include "daemon/gateway.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "daemon/log.h"
+#include "esp/esp_format.h"
+#include "esp/wire.h"
+#include "pipeline/flow_hash.h"
+#include "util/byte_order.h"
+#include "xfrm/flow_key.h"
+
+namespace espgw::daemon {
+
+namespace {
+
+constexpr size_t kWanBatch = 32;
+constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
+
+std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
+  char spi_text[16];
+  std::snprintf(spi_text, sizeof spi_text, "%08x", spi);
+  return std::string(spi_text) + "/" + destination.to_string();
+}
+
+bool same_sa(const xfrm::SadEntry& a, const xfrm::SadEntry& b) {
+  return a == b;
+}
+
+uint64_t random_seed() {
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = 0x9e3779b97f4a7c15ull;
+  return seed;
+}
+
+// Inbound SAs accept inner packets within the selectors of the in/fwd protect policies of
+// their reqid (RFC 4301 5.2); without such policies, the reversed out policies.
+std::vector<esp::TrafficSelector> inbound_selectors(const xfrm::StaticConfig& config,
+                                                    uint32_t reqid) {
+  std::vector<esp::TrafficSelector> selectors;
+  for (const auto& policy : config.policies)
+    if (policy.action == xfrm::PolicyAction::protect && policy.reqid == reqid &&
+        policy.direction != xfrm::Direction::out)
+      selectors.push_back({policy.selector.remote, policy.selector.local});
+  if (selectors.empty())
+    for (const auto& policy : config.policies)
+      if (policy.action == xfrm::PolicyAction::protect && policy.reqid == reqid &&
+          policy.direction == xfrm::Direction::out)
+        selectors.push_back({policy.selector.remote, policy.selector.local});
+  return selectors;
+}
+
+void log_drops(const char* what, const esp::DropCounters& counters) {
+  for (size_t i = 1; i < esp::kDropReasonCount; ++i) {
+    const auto reason = static_cast<esp::DropReason>(i);
+    if (const uint64_t n = counters.drops(reason))
+      log(LogLevel::info, "  %s drop %s=%llu", what,
+          std::string(esp::drop_reason_name(reason)).c_str(), static_cast<unsigned long long>(n));
+  }
+}
+
+}  // namespace
+
+// Sends one SA's ESP packets to its peer, a batch per sendmmsg.
+class Gateway::WanSink final : public pipeline::PacketSink {
+ public:
+  WanSink(io::WanSocket& socket, const esp::SaConfig& sa, GatewayCounters& counters)
+      : socket_(socket), counters_(counters) {
+    const uint16_t port = sa.udp_encapsulation ? sa.udp_encapsulation->destination_port : 0;
+    peer_length_ = io::WanSocket::make_peer(sa.tunnel_destination, port, peer_);
+  }
+  void deliver(std::span<pipeline::Packet* const> packets) override {
+    std::array<io::Outgoing, pipeline::Pipeline::kWorkerBatch * 2> batch;
+    size_t offset = 0;
+    while (offset < packets.size()) {
+      const size_t count = std::min(batch.size(), packets.size() - offset);
+      for (size_t i = 0; i < count; ++i) {
+        const esp::PacketBuffer& buffer = packets[offset + i]->buffer;
+        batch[i] = {buffer.data(), buffer.size(), &peer_, peer_length_};
+      }
+      const int sent = socket_.send({batch.data(), count});
+      if (static_cast<size_t>(sent) < count)
+        counters_.wan_send_failed.fetch_add(count - static_cast<size_t>(std::max(sent, 0)),
+                                            std::memory_order_relaxed);
+      offset += count;
+    }
+  }
+
+ private:
+  io::WanSocket& socket_;
+  GatewayCounters& counters_;
+  sockaddr_storage peer_{};
+  socklen_t peer_length_ = 0;
+};
+
+// Writes decrypted packets into the TUN device. Shared by every inbound SA: a write of
+// one packet is atomic, so concurrent calls for different SAs are fine.
+class Gateway::TunSink final : public pipeline::PacketSink {
+ public:
+  TunSink(const io::TunDevice& tun, GatewayCounters& counters) : tun_(tun), counters_(counters) {}
+  void deliver(std::span<pipeline::Packet* const> packets) override {
+    for (pipeline::Packet* packet : packets)
+      if (!tun_.write(0, packet->buffer.bytes()))
+        counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  const io::TunDevice& tun_;
+  GatewayCounters& counters_;
+};
+
+struct Gateway::OutboundEntry {
+  xfrm::SadEntry entry;
+  std::shared_ptr<esp::OutboundSa> sa;
+  std::shared_ptr<WanSink> sink;
+  std::shared_ptr<pipeline::OutboundChannel> channel;
+};
+
+struct Gateway::InboundEntry {
+  xfrm::SadEntry entry;
+  std::shared_ptr<esp::InboundSa> sa;
+  std::shared_ptr<pipeline::InboundChannel> channel;
+};
+
+Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(random_seed()) {
+  set_log_level(config_.log_level);
+  auto file = xfrm::load_static_file(config_.static_sa_file);
+  if (!file.config) {
+    std::string message = "static SA file has errors:";
+    for (const auto& error : file.errors) message += "\n  " + error;
+    throw std::runtime_error(message);
+  }
+
+  tun_ = std::make_unique<io::TunDevice>(config_.tun_name, config_.tun_queues);
+  for (unsigned q = 0; q < tun_->queues(); ++q)
+    fcntl(tun_->fd(q), F_SETFL, fcntl(tun_->fd(q), F_GETFL) | O_NONBLOCK);
+
+  pipeline::PipelineConfig pipeline_config;
+  pipeline_config.workers = config_.workers;
+  pipeline_config.pin_workers = config_.pin_workers;
+  pipeline_config.pool_packets = config_.pool_packets;
+  pipeline_config.reorder_hold = config_.reorder_hold;
+  pipeline_ = std::make_unique<pipeline::Pipeline>(pipeline_config);
+  tun_sink_ = std::make_unique<TunSink>(*tun_, counters_);
+
+  tunnel_mtu_ = derive_tunnel_mtu(*file.config);
+  if (auto r = netlink_.set_mtu(tun_->name(), tunnel_mtu_); !r) throw std::runtime_error(r.message);
+  if (config_.tun_address)
+    if (auto r = netlink_.add_address(tun_->name(), *config_.tun_address);
+        !r && !r.already_exists())
+      throw std::runtime_error(r.message);
+  if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
+
+  apply(*file.config);
+  sync_routes(*file.config);
+  log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers",
+      tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(),
+      pipeline_->worker_count());
+}
+
+Gateway::~Gateway() {
+  stop();
+  pipeline_.reset();  // delivers what is in flight while sockets and TUN still exist
+  for (const auto& route : routes_)
+    if (auto r = netlink_.remove_route(route, tun_->name()); !r)
+      log(LogLevel::warn, "%s", r.message.c_str());
+  log(LogLevel::info, "gateway down: routes removed, %s closed", tun_->name().c_str());
+}
+
+unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
+  if (config_.tunnel_mtu) return *config_.tunnel_mtu;
+  unsigned mtu = 0;
+  for (const auto& sa : config.sas) {
+    if (sa.direction != xfrm::Direction::out) continue;
+    const auto route = netlink_.route_mtu(sa.config.tunnel_destination);
+    if (!route) {
+      log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
+    }
+    const uint32_t path = route ? route.mtu : 1500;
+    const size_t overhead = esp::max_esp_overhead(sa.config.tunnel_destination.family == 6,
+                                                  sa.config.udp_encapsulation.has_value());
+    const unsigned candidate = static_cast<unsigned>(path > overhead ? path - overhead : 576);
+    mtu = mtu == 0 ? candidate : std::min(mtu, candidate);
+  }
+  return std::max(mtu == 0 ? 1400u : mtu, 576u);
+}
+
+io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
+  if (sa.udp_encapsulation) {
+    if (!udp_socket_)
+      udp_socket_ = std::make_unique<io::WanSocket>(io::WanKind::udp, config_.local_address,
+                                                    config_.udp_port, config_.socket_buffer_bytes);
+    return *udp_socket_;
+  }
+  if (!raw_socket_)
+    raw_socket_ = std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0,
+                                                  config_.socket_buffer_bytes);
+  return *raw_socket_;
+}
+
+void Gateway::apply(const xfrm::StaticConfig& config) {
+  auto forwarding = std::make_shared<Forwarding>();
+  for (const auto& policy : config.policies) forwarding->spd.add(policy);
+
+  std::map<std::string, std::unique_ptr<OutboundEntry>> outbound;
+  std::map<std::string, std::unique_ptr<InboundEntry>> inbound;
+  for (const auto& entry : config.sas) {
+    const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
+    if (entry.direction == xfrm::Direction::out) {
+      auto existing = outbound_.find(key);
+      if (existing != outbound_.end() && same_sa(existing->second->entry, entry)) {
+        outbound[key] = std::move(existing->second);
+        outbound_.erase(existing);
+      } else {
+        auto fresh = std::make_unique<OutboundEntry>();
+        fresh->entry = entry;
+        fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, crypto::ipsec_mb_backend());
+        fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
+        fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink);
+        log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
+            std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
+            entry.config.tunnel_destination.to_string().c_str(),
+            entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "");
+        outbound[key] = std::move(fresh);
+      }
+      auto& group = forwarding->groups[entry.reqid];
+      if (!group) group = std::make_shared<pipeline::SaGroup>();
+      // Static SAs are never rekeyed in place, so the SPI is a stable member key.
+      group->set_member(entry.config.spi, outbound[key]->channel);
+    } else {
+      esp::SaConfig sa_config = entry.config;
+      sa_config.selectors = inbound_selectors(config, entry.reqid);
+      auto existing = inbound_.find(key);
+      if (existing != inbound_.end() && same_sa(existing->second->entry, entry)) {
+        inbound[key] = std::move(existing->second);
+        inbound_.erase(existing);
+        continue;
+      }
+      if (existing != inbound_.end()) pipeline_->remove_inbound(entry.config.spi);
+      auto fresh = std::make_unique<InboundEntry>();
+      fresh->entry = entry;
+      socket_for(entry.config);  // make sure the socket it arrives on exists
+      fresh->sa = std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend());
+      fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_);
+      if (!fresh->channel) {
+        log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
+        continue;
+      }
+      log(LogLevel::info, "SA in spi 0x%08x %s from %s installed", entry.config.spi,
+          std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
+          entry.config.tunnel_source.to_string().c_str());
+      inbound[key] = std::move(fresh);
+    }
+  }
+  // What is left in the old maps was removed or changed.
+  for (auto& [key, old] : outbound_) {
+    log(LogLevel::info, "SA out spi 0x%08x removed", old->entry.config.spi);
+    retired_.push_back(old->sink);  // packets in flight still deliver through it
+  }
+  for (auto& [key, old] : inbound_) {
+    if (!inbound.count(key)) pipeline_->remove_inbound(old->entry.config.spi);
+    log(LogLevel::info, "SA in spi 0x%08x removed", old->entry.config.spi);
+  }
+  outbound_ = std::move(outbound);
+  inbound_ = std::move(inbound);
+  forwarding_.store(std::move(forwarding));
+}
+
+void Gateway::sync_routes(const xfrm::StaticConfig& config) {
+  std::vector<esp::IpPrefix> wanted;
+  for (const auto& policy : config.policies)
+    if (policy.direction == xfrm::Direction::out && policy.action == xfrm::PolicyAction::protect &&
+        std::none_of(wanted.begin(), wanted.end(),
+                     [&](const auto& p) { return xfrm::same_prefix(p, policy.selector.remote); }))
+      wanted.push_back(policy.selector.remote);
+  for (const auto& route : routes_)
+    if (std::none_of(wanted.begin(), wanted.end(),
+                     [&](const auto& p) { return xfrm::same_prefix(p, route); }))
+      if (auto r = netlink_.remove_route(route, tun_->name()); !r)
+        log(LogLevel::warn, "%s", r.message.c_str());
+  for (const auto& route : wanted) {
+    auto r = netlink_.add_route(route, tun_->name());
+    if (!r && !r.already_exists())
+      log(LogLevel::error, "%s", r.message.c_str());
+    else if (r)
+      log(LogLevel::info, "route %s dev %s added", route.to_string().c_str(), tun_->name().c_str());
+  }
+  routes_ = std::move(wanted);
+}
+
+bool Gateway::reload() {
+  auto file = xfrm::load_static_file(config_.static_sa_file);
+  if (!file.config) {
+    for (const auto& error : file.errors) log(LogLevel::error, "%s", error.c_str());
+    log(LogLevel::error, "reload refused: keeping the running configuration");
+    return false;
+  }
+  apply(*file.config);
+  sync_routes(*file.config);
+  log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
+      config_.static_sa_file.c_str(), outbound_.size(), inbound_.size());
+  return true;
+}
+
+void Gateway::start() {
+  running_.store(true);
+  for (unsigned q = 0; q < tun_->queues(); ++q) threads_.emplace_back([this, q] { tun_reader(q); });
+  if (udp_socket_) threads_.emplace_back([this] { wan_reader(udp_socket_.get()); });
+  if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
+}
+
+void Gateway::stop() {
+  running_.store(false);
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+}
+
+void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwarding) {
+  const auto key = xfrm::flow_key(packet->buffer.bytes());
+  if (!key) {
+    counters_.not_ip.fetch_add(1, std::memory_order_relaxed);
+    pipeline_->release(packet);
+    return;
+  }
+  const auto policy = forwarding.spd.lookup(xfrm::Direction::out, *key);
+  if (!policy) {
+    counters_.no_policy.fetch_add(1, std::memory_order_relaxed);
+    pipeline_->release(packet);
+    return;
+  }
+  if (policy->action != xfrm::PolicyAction::protect) {
+    // A packet routed into the tunnel device has nowhere to go in clear.
+    counters_.policy_discard.fetch_add(1, std::memory_order_relaxed);
+    pipeline_->release(packet);
+    return;
+  }
+  const auto group = forwarding.groups.find(policy->reqid);
+  std::shared_ptr<pipeline::OutboundChannel> channel;
+  if (group != forwarding.groups.end())
+    channel = group->second->pick(pipeline::flow_hash(packet->buffer.bytes(), flow_seed_));
+  if (!channel) {
+    counters_.no_sa.fetch_add(1, std::memory_order_relaxed);
+    pipeline_->release(packet);
+    return;
+  }
+  // Drops (queue-full, sequence-exhausted, ...) are counted on the SA.
+  pipeline_->submit_outbound(channel, packet, esp::OuterHeaders::omit);
+}
+
+void Gateway::tun_reader(unsigned queue) {
+  const int fd = tun_->fd(queue);
+  while (running_.load(std::memory_order_relaxed)) {
+    pipeline::Packet* packet = pipeline_->acquire();
+    if (!packet) {  // backpressure: every packet is in flight
+      usleep(50);
+      continue;
+    }
+    packet->buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
+    const long n =
+        tun_->read(queue, packet->buffer.data(), packet->buffer.tailroom() - esp::encap_tailroom());
+    if (n <= 0) {
+      pipeline_->release(packet);
+      pollfd waiter{fd, POLLIN, 0};
+      poll(&waiter, 1, kPollMs);
+      continue;
+    }
+    packet->buffer.push_back(static_cast<size_t>(n));
+    // One snapshot per packet: a reload swaps it, and packets already classified finish
+    // with the old one.
+    const auto forwarding = forwarding_.load(std::memory_order_acquire);
+    handle_outbound(packet, *forwarding);
+  }
+}
+
+void Gateway::wan_reader(io::WanSocket* socket) {
+  std::array<pipeline::Packet*, kWanBatch> packets{};
+  std::array<io::Datagram, kWanBatch> datagrams{};
+  size_t have = 0;
+  while (running_.load(std::memory_order_relaxed)) {
+    while (have < kWanBatch) {
+      pipeline::Packet* packet = pipeline_->acquire();
+      if (!packet) break;
+      packets[have++] = packet;
+    }
+    if (have == 0) {
+      usleep(50);
+      continue;
+    }
+    for (size_t i = 0; i < have; ++i) datagrams[i].buffer = &packets[i]->buffer;
+    const int received = socket->receive({datagrams.data(), have}, kPollMs);
+    if (received <= 0) continue;
+    for (int i = 0; i < received; ++i) {
+      pipeline::Packet* packet = packets[i];
+      esp::PacketBuffer& buffer = packet->buffer;
+      if (socket->kind() == io::WanKind::udp) {
+        if (buffer.size() == 1 && buffer.data()[0] == 0xFF) {  // RFC 3948 NAT keepalive
+          pipeline_->engine_counters().count(esp::DropReason::nat_keepalive);
+          pipeline_->release(packet);
+          continue;
+        }
+        if (buffer.size() >= 4 && load_be32(buffer.data()) == 0) {  // non-ESP marker: IKE
+          counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
+          pipeline_->release(packet);
+          continue;
+        }
+      }
+      pipeline_->submit_inbound(packet);  // drops are counted by the pipeline or the SA
+    }
+    // Unused packets stay for the next batch; move the used slots' replacements in.
+    const size_t used = static_cast<size_t>(received);
+    std::move(packets.begin() + used, packets.begin() + have, packets.begin());
+    have -= used;
+  }
+  for (size_t i = 0; i < have; ++i) pipeline_->release(packets[i]);
+}
+
+void Gateway::log_counters() const {
+  for (const auto& [key, entry] : outbound_) {
+    const auto& c = entry->sa->counters();
+    log(LogLevel::info, "sa out spi=0x%08x dst=%s packets=%llu bytes=%llu in_flight=%zu",
+        entry->entry.config.spi, entry->entry.config.tunnel_destination.to_string().c_str(),
+        static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
+        entry->channel->in_flight());
+    log_drops("out", c);
+  }
+  for (const auto& [key, entry] : inbound_) {
+    const auto& c = entry->sa->counters();
+    const auto reorder = entry->channel->release().stats();
+    log(LogLevel::info, "sa in spi=0x%08x src=%s packets=%llu bytes=%llu late=%llu skipped=%llu",
+        entry->entry.config.spi, entry->entry.config.tunnel_source.to_string().c_str(),
+        static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
+        static_cast<unsigned long long>(reorder.late),
+        static_cast<unsigned long long>(reorder.skipped));
+    log_drops("in", c);
+  }
+  log_drops("engine", pipeline_->engine_counters());
+  const auto g = [](const std::atomic<uint64_t>& v) {
+    return static_cast<unsigned long long>(v.load(std::memory_order_relaxed));
+  };
+  log(LogLevel::info,
+      "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
+      "wan-send-failed=%llu tun-write-failed=%llu",
+      g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
+      g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed));
+  const auto load = pipeline_->worker_load();
+  for (size_t i = 0; i < load.size(); ++i)
+    log(LogLevel::info, "worker %zu packets=%llu", i,
+        static_cast<unsigned long long>(load[i].packets));
+}
+
+}  // namespace espgw::daemon

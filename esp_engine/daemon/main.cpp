@@ -1,0 +1,86 @@
+// espgw: the userspace ESP gateway daemon.
+//   espgw -c /etc/espgw/espgw.conf
+// Signals: SIGTERM/SIGINT stop (routes and the TUN device are removed), SIGHUP re-reads
+// the static SA file, SIGUSR1 logs every counter.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "daemon/config.h"
+#include "daemon/gateway.h"
+#include "daemon/log.h"
+
+using namespace espgw::daemon;
+
+namespace {
+
+void usage() {
+  std::fprintf(stderr, "usage: espgw -c CONFIG_FILE\n       espgw --check -c CONFIG_FILE\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "-c" || arg == "--config") && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (arg == "--check") {
+      check_only = true;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    usage();
+    return 2;
+  }
+  auto parsed = parse_gateway_config(config_path);
+  if (!parsed.config) {
+    for (const auto& error : parsed.errors) std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  if (check_only) {
+    std::fprintf(stderr, "%s: OK\n", config_path.c_str());
+    return 0;
+  }
+
+  // Every thread inherits this mask; only the main thread waits for the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  try {
+    Gateway gateway(*parsed.config);
+    gateway.start();
+    const auto interval = parsed.config->stats_interval;
+    auto next_stats = std::chrono::steady_clock::now() + interval;
+    for (;;) {
+      timespec timeout{1, 0};
+      const int signal = sigtimedwait(&signals, nullptr, &timeout);
+      if (signal == SIGTERM || signal == SIGINT) {
+        log(LogLevel::info, "%s: stopping", strsignal(signal));
+        break;
+      }
+      if (signal == SIGHUP) gateway.reload();
+      if (signal == SIGUSR1) gateway.log_counters();
+      if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
+        gateway.log_counters();
+        next_stats += interval;
+      }
+    }
+    gateway.stop();
+    gateway.log_counters();
+  } catch (const std::exception& error) {
+    log(LogLevel::error, "%s", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,137 @@
+#include "io/wan_socket.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "esp/esp_format.h"
+
+namespace espgw::io {
+
+namespace {
+
+constexpr size_t kMaxBatch = 64;
+
+[[noreturn]] void fail(const char* what, const esp::IpAddress& local, uint16_t port) {
+  throw std::system_error(errno, std::generic_category(),
+                          std::string(what) + " " + local.to_string() + ":" + std::to_string(port));
+}
+
+void size_buffers(int fd, size_t bytes) {
+  const int value = static_cast<int>(bytes);
+  // The FORCE variants ignore net.core.[rw]mem_max (root only); fall back quietly.
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &value, sizeof value) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, sizeof value);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &value, sizeof value) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof value);
+}
+
+}  // namespace
+
+socklen_t WanSocket::make_peer(const esp::IpAddress& address, uint16_t port,
+                               sockaddr_storage& out) {
+  std::memset(&out, 0, sizeof out);
+  if (address.family == 4) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&out);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    std::memcpy(&v4->sin_addr, address.bytes.data(), 4);
+    return sizeof(sockaddr_in);
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out);
+  v6->sin6_family = AF_INET6;
+  v6->sin6_port = htons(port);
+  std::memcpy(&v6->sin6_addr, address.bytes.data(), 16);
+  return sizeof(sockaddr_in6);
+}
+
+WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port, size_t buffer_bytes,
+                     bool reuse_port)
+    : kind_(kind), family_(local.family == 6 ? AF_INET6 : AF_INET) {
+  fd_ = kind == WanKind::udp ? socket(family_, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP)
+                             : socket(family_, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ESP);
+  if (fd_ < 0) fail("socket", local, port);
+  const int one = 1;
+  if (reuse_port) setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (family_ == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  size_buffers(fd_, buffer_bytes);
+  sockaddr_storage address;
+  const socklen_t length = make_peer(local, kind == WanKind::udp ? port : 0, address);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    errno = error;
+    fail("bind", local, port);
+  }
+}
+
+WanSocket::~WanSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
+  const size_t count = std::min(datagrams.size(), kMaxBatch);
+  pollfd waiter{fd_, POLLIN, 0};
+  const int ready = poll(&waiter, 1, timeout_ms);
+  if (ready <= 0) return ready;
+  std::array<mmsghdr, kMaxBatch> messages{};
+  std::array<iovec, kMaxBatch> vectors{};
+  for (size_t i = 0; i < count; ++i) {
+    esp::PacketBuffer& buffer = *datagrams[i].buffer;
+    buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
+    vectors[i] = {buffer.data(), buffer.tailroom()};
+    messages[i].msg_hdr.msg_iov = &vectors[i];
+    messages[i].msg_hdr.msg_iovlen = 1;
+    messages[i].msg_hdr.msg_name = &datagrams[i].peer;
+    messages[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+  }
+  const int received =
+      recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+  if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
+  for (int i = 0; i < received; ++i) {
+    Datagram& d = datagrams[i];
+    d.peer_length = messages[i].msg_hdr.msg_namelen;
+    size_t length = messages[i].msg_len;
+    d.buffer->push_back(length);
+    if (kind_ == WanKind::raw_esp && family_ == AF_INET) {
+      // Raw IPv4 sockets deliver the IP header too; IPv6 ones do not.
+      const uint8_t* ip = d.buffer->data();
+      const size_t header = length >= esp::kIpv4HeaderLength ? (size_t{ip[0]} & 0x0F) * 4 : length;
+      d.buffer->pull_front(std::min(header, length));
+    }
+  }
+  return received;
+}
+
+int WanSocket::send(std::span<const Outgoing> packets) const {
+  int sent_total = 0;
+  while (!packets.empty()) {
+    const size_t count = std::min(packets.size(), kMaxBatch);
+    std::array<mmsghdr, kMaxBatch> messages{};
+    std::array<iovec, kMaxBatch> vectors{};
+    for (size_t i = 0; i < count; ++i) {
+      vectors[i] = {const_cast<uint8_t*>(packets[i].data), packets[i].length};
+      messages[i].msg_hdr.msg_iov = &vectors[i];
+      messages[i].msg_hdr.msg_iovlen = 1;
+      messages[i].msg_hdr.msg_name = const_cast<sockaddr_storage*>(packets[i].peer);
+      messages[i].msg_hdr.msg_namelen = packets[i].peer_length;
+    }
+    const int sent = sendmmsg(fd_, messages.data(), static_cast<unsigned>(count), 0);
+    if (sent < 0) {
+      // The first message failed (EMSGSIZE, a full buffer, an unreachable peer): skip it
+      // so one bad packet does not take the rest of the batch with it.
+      packets = packets.subspan(1);
+      continue;
+    }
+    sent_total += sent;
+    packets = packets.subspan(static_cast<size_t>(sent));
+  }
+  return sent_total;
+}
+
+}  // namespace espgw::io

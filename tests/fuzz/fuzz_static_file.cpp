@@ -1,0 +1,37 @@
+// The static SA/policy file parser on arbitrary text. It must never crash; it must
+// return a config or errors, never both; every error must name the file and a line; and
+// a config that parses must load into the SAD and SPD as it stands and survive the
+// writer: parse(to_text(x)) == x.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "xfrm/sad.h"
+#include "xfrm/spd.h"
+#include "xfrm/static_file.h"
+
+using namespace espgw;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const auto result = xfrm::parse_static_file(text, "fuzz");
+  if (result.config.has_value() == !result.errors.empty()) abort();
+  for (const auto& error : result.errors)
+    if (!error.starts_with("fuzz:") || error.size() < 8 || error[5] < '1' || error[5] > '9')
+      abort();
+  if (!result.config) return 0;
+
+  const xfrm::StaticConfig& config = *result.config;
+  // Whatever the parser accepts, the models accept too: it checks the same invariants.
+  xfrm::Sad sad;
+  for (const auto& sa : config.sas)
+    if (!sad.add(sa)) abort();
+  xfrm::Spd spd;
+  for (const auto& policy : config.policies)
+    if (!spd.add(policy)) abort();
+
+  const auto again = xfrm::parse_static_file(xfrm::to_text(config), "again");
+  if (!again.config || !(*again.config == config)) abort();
+  return 0;
+}

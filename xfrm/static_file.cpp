@@ -1,0 +1,494 @@
+// Parser of the static SA/policy file. Each line is checked on its own (the first
+// problem on a line is reported and the rest of the line skipped, so one typo gives one
+// message), then the file as a whole (duplicates, policies that name missing SAs).
+#include "xfrm/static_file.h"
+
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "crypto/aead.h"
+#include "util/hex.h"
+#include "xfrm/static_file_keywords.h"
+
+namespace espgw::xfrm {
+
+namespace {
+
+constexpr uint64_t kFirstSpi = 256;           // 0 is invalid, 1-255 reserved (RFC 4303 2.1)
+constexpr uint64_t kMaxReplayWindow = 65536;  // the engine's largest window
+constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+
+// Thrown for the first problem on a line; caught by the line loop.
+struct LineError {
+  std::string message;
+};
+
+[[noreturn]] void fail(std::string message) {
+  throw LineError{std::move(message)};
+}
+
+// A word may be repeated in a message only if it can't be a piece of a key worth hiding.
+// Keys are hex, optionally with "0x" and ':' separators, so a word with more than 4 hex
+// digits in a row (':' and 'x' don't end a row), more than 16 in all, more than 24
+// characters or unprintable bytes is not repeated. Addresses, prefixes and misspelt
+// keywords still are.
+std::optional<std::string> showable(std::string_view word) {
+  constexpr size_t kMaxShown = 24, kMaxRow = 4, kMaxDigits = 16;
+  if (word.empty() || word.size() > kMaxShown) return std::nullopt;
+  size_t row = 0, digits = 0;
+  for (char c : word) {
+    if (c <= ' ' || c > '~') return std::nullopt;
+    if (std::isxdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+      if (++row > kMaxRow) return std::nullopt;
+    } else if (c != ':' && c != 'x' && c != 'X') {
+      row = 0;
+    }
+  }
+  if (digits > kMaxDigits) return std::nullopt;
+  return "'" + std::string(word) + "'";
+}
+
+// "'word'" or, where the word may not be repeated, "the value".
+std::string describe(std::string_view word) {
+  return showable(word).value_or("the value");
+}
+
+std::string spi_text(uint32_t spi) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "0x%08x", spi);
+  return buffer;
+}
+
+// Decimal, or hex with a 0x prefix; the whole word, no sign.
+std::optional<uint64_t> parse_number(std::string_view text, bool& overflow) {
+  overflow = false;
+  int base = 10;
+  if (text.starts_with("0x") || text.starts_with("0X")) {
+    base = 16;
+    text.remove_prefix(2);
+  }
+  if (text.empty()) return std::nullopt;
+  uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (end != text.data() + text.size()) return std::nullopt;
+  if (error == std::errc::result_out_of_range) overflow = true;
+  if (error != std::errc()) return std::nullopt;
+  return value;
+}
+
+uint64_t number_in(std::string_view keyword, std::string_view text, uint64_t min, uint64_t max,
+                   std::string_view note = {}) {
+  bool overflow = false;
+  auto value = parse_number(text, overflow);
+  if (!value && !overflow)
+    fail(std::string(keyword) + ": " + describe(text) +
+         " is not a number (decimal, or hex with 0x)");
+  if (overflow || *value < min || *value > max)
+    fail(std::string(keyword) + ": out of range (" + std::to_string(min) + "-" +
+         std::to_string(max) + std::string(note) + ")");
+  return *value;
+}
+
+esp::IpAddress address_value(std::string_view keyword, std::string_view text) {
+  auto address = esp::IpAddress::parse(text);
+  if (!address) fail(std::string(keyword) + ": " + describe(text) + " is not an IP address");
+  return *address;
+}
+
+bool host_bits_clear(const esp::IpPrefix& prefix) {
+  const unsigned bits = static_cast<unsigned>(prefix.address.length()) * 8;
+  for (unsigned bit = prefix.length; bit < bits; ++bit)
+    if (prefix.address.bytes[bit / 8] & (0x80 >> (bit % 8))) return false;
+  return true;
+}
+
+esp::IpPrefix prefix_value(std::string_view keyword, std::string_view text) {
+  auto prefix = esp::IpPrefix::parse(text);
+  if (!prefix) fail(std::string(keyword) + ": " + describe(text) + " is not an IP prefix");
+  if (!host_bits_clear(*prefix))
+    fail(std::string(keyword) + ": " + describe(text) + " has bits set beyond its prefix length");
+  return *prefix;
+}
+
+// "PORT" or "FIRST-LAST".
+PortRange port_range_value(std::string_view keyword, std::string_view text) {
+  const auto dash = text.find('-');
+  const auto first_text = text.substr(0, dash);
+  const auto last_text = dash == std::string_view::npos ? first_text : text.substr(dash + 1);
+  bool overflow = false;
+  auto first = parse_number(first_text, overflow);
+  auto last = parse_number(last_text, overflow);
+  if (!first || !last || *first > 65535 || *last > 65535 || *first > *last)
+    fail(std::string(keyword) + ": " + describe(text) +
+         " is not a port or port range (0-65535, or FIRST-LAST with FIRST <= LAST)");
+  return PortRange{static_cast<uint16_t>(*first), static_cast<uint16_t>(*last)};
+}
+
+// "SPORT:DPORT", both 1-65535.
+esp::UdpEncapsulation udp_value(std::string_view text) {
+  const auto colon = text.find(':');
+  bool overflow = false;
+  std::optional<uint64_t> source, destination;
+  if (colon != std::string_view::npos) {
+    source = parse_number(text.substr(0, colon), overflow);
+    destination = parse_number(text.substr(colon + 1), overflow);
+  }
+  if (!source || !destination || *source == 0 || *source > 65535 || *destination == 0 ||
+      *destination > 65535)
+    fail("udp: " + describe(text) + " is not SPORT:DPORT (ports 1-65535)");
+  return esp::UdpEncapsulation{static_cast<uint16_t>(*source), static_cast<uint16_t>(*destination)};
+}
+
+// The words of one line, consumed left to right.
+class Words {
+ public:
+  explicit Words(std::vector<std::string_view> words) : words_(std::move(words)) {}
+  bool done() const { return next_ == words_.size(); }
+  std::string_view next() { return words_[next_++]; }
+  std::string_view value_for(std::string_view keyword) {
+    if (done()) fail(std::string(keyword) + ": missing value");
+    return next();
+  }
+  // Each keyword may appear once per line.
+  void once(std::string_view keyword) {
+    if (!seen_.insert(keyword).second) fail("duplicate '" + std::string(keyword) + "'");
+  }
+
+ private:
+  std::vector<std::string_view> words_;
+  size_t next_ = 0;
+  std::set<std::string_view> seen_;
+};
+
+[[noreturn]] void unknown_word(std::string_view where, std::string_view word) {
+  if (auto shown = showable(word)) fail(std::string(where) + ": unknown keyword " + *shown);
+  fail(std::string(where) +
+       ": unexpected value where a keyword belongs (not shown: it could be key material)");
+}
+
+void require(std::string_view what,
+             std::initializer_list<std::pair<std::string_view, bool>> fields) {
+  std::string missing;
+  for (const auto& [name, present] : fields) {
+    if (present) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += name;
+  }
+  if (!missing.empty()) fail(std::string(what) + ": missing " + missing);
+}
+
+struct LifetimeField {
+  std::string_view keyword;
+  uint64_t Lifetimes::*field;
+};
+constexpr LifetimeField kLifetimeFields[] = {
+    {"soft-bytes", &Lifetimes::soft_bytes},     {"hard-bytes", &Lifetimes::hard_bytes},
+    {"soft-packets", &Lifetimes::soft_packets}, {"hard-packets", &Lifetimes::hard_packets},
+    {"soft-seconds", &Lifetimes::soft_seconds}, {"hard-seconds", &Lifetimes::hard_seconds},
+};
+
+void check_soft_below_hard(const Lifetimes& l) {
+  const auto check = [](uint64_t soft, uint64_t hard, std::string_view unit) {
+    if (soft != 0 && hard != 0 && soft > hard)
+      fail("soft-" + std::string(unit) + " is larger than hard-" + std::string(unit));
+  };
+  check(l.soft_bytes, l.hard_bytes, "bytes");
+  check(l.soft_packets, l.hard_packets, "packets");
+  check(l.soft_seconds, l.hard_seconds, "seconds");
+}
+
+SadEntry parse_sa(Words& words) {
+  SadEntry sa;
+  if (words.done()) fail("sa: missing direction (in or out)");
+  const auto direction_word = words.next();
+  auto direction = keywords::parse_direction(direction_word);
+  if (!direction || *direction == Direction::fwd)
+    fail("sa: " + describe(direction_word) + " is not a direction (in or out)");
+  sa.direction = *direction;
+
+  bool have_spi = false, have_algorithm = false, have_key = false, have_src = false,
+       have_dst = false, have_replay_window = false;
+  while (!words.done()) {
+    const auto word = words.next();
+    if (word == "spi") {
+      words.once(word);
+      sa.config.spi = static_cast<uint32_t>(
+          number_in(word, words.value_for(word), kFirstSpi, kMaxU32, "; 0-255 are reserved"));
+      have_spi = true;
+    } else if (word == "key") {
+      words.once(word);
+      auto bytes = parse_hex(words.value_for(word));
+      if (!bytes) fail("key: not a hex string (the value is not shown)");
+      sa.config.key_material = std::move(*bytes);
+      have_key = true;
+    } else if (word == "src") {
+      words.once(word);
+      sa.config.tunnel_source = address_value(word, words.value_for(word));
+      have_src = true;
+    } else if (word == "dst") {
+      words.once(word);
+      sa.config.tunnel_destination = address_value(word, words.value_for(word));
+      have_dst = true;
+    } else if (word == "esn") {
+      words.once(word);
+      sa.config.esn = true;
+    } else if (word == "udp") {
+      words.once(word);
+      sa.config.udp_encapsulation = udp_value(words.value_for(word));
+    } else if (word == "replay-window") {
+      words.once(word);
+      sa.config.replay_window =
+          static_cast<uint32_t>(number_in(word, words.value_for(word), 0, kMaxReplayWindow));
+      have_replay_window = true;
+    } else if (word == "reqid") {
+      words.once(word);
+      sa.reqid = static_cast<uint32_t>(number_in(word, words.value_for(word), 0, kMaxU32));
+    } else if (auto algorithm = crypto::parse_algorithm(word)) {
+      words.once("algorithm");
+      sa.config.algorithm = *algorithm;
+      have_algorithm = true;
+    } else {
+      auto lifetime = std::find_if(std::begin(kLifetimeFields), std::end(kLifetimeFields),
+                                   [&](const LifetimeField& f) { return f.keyword == word; });
+      if (lifetime == std::end(kLifetimeFields)) unknown_word("sa", word);
+      words.once(word);
+      sa.lifetimes.*(lifetime->field) = number_in(word, words.value_for(word), 0, kMaxU64);
+    }
+  }
+  require("sa", {{"spi", have_spi},
+                 {"algorithm", have_algorithm},
+                 {"key", have_key},
+                 {"src", have_src},
+                 {"dst", have_dst}});
+  const size_t expected = crypto::key_material_length(sa.config.algorithm);
+  if (sa.config.key_material.size() != expected)
+    fail("key: " + std::to_string(sa.config.key_material.size()) + " bytes, but " +
+         std::string(crypto::algorithm_name(sa.config.algorithm)) + " needs " +
+         std::to_string(expected) + " (" + std::to_string(expected - crypto::kSaltLength) +
+         "-byte key followed by the 4-byte salt)");
+  if (sa.config.tunnel_source.family != sa.config.tunnel_destination.family)
+    fail("sa: src and dst are of different address families");
+  if (have_replay_window && sa.direction != Direction::in)
+    fail("replay-window: only an 'sa in' has a replay window");
+  check_soft_below_hard(sa.lifetimes);
+  return sa;
+}
+
+Policy parse_policy(Words& words) {
+  Policy policy;
+  if (words.done()) fail("policy: missing direction (out, in or fwd)");
+  const auto direction_word = words.next();
+  auto direction = keywords::parse_direction(direction_word);
+  if (!direction)
+    fail("policy: " + describe(direction_word) + " is not a direction (out, in or fwd)");
+  policy.direction = *direction;
+
+  bool have_local = false, have_remote = false, have_action = false, have_reqid = false;
+  while (!words.done()) {
+    const auto word = words.next();
+    if (word == "local" || word == "remote") {
+      words.once(word);
+      (word == "local" ? policy.selector.local : policy.selector.remote) =
+          prefix_value(word, words.value_for(word));
+      (word == "local" ? have_local : have_remote) = true;
+    } else if (word == "proto") {
+      words.once(word);
+      const auto value = words.value_for(word);
+      bool overflow = false;
+      if (auto named = keywords::protocol_number(value))
+        policy.selector.protocol = *named;
+      else if (parse_number(value, overflow) || overflow)
+        policy.selector.protocol = static_cast<uint8_t>(number_in(word, value, 0, 255));
+      else
+        fail("proto: " + describe(value) +
+             " is not a protocol (tcp, udp, icmp, ... or a number 0-255)");
+    } else if (word == "local-port" || word == "remote-port") {
+      words.once(word);
+      (word == "local-port" ? policy.selector.local_ports : policy.selector.remote_ports) =
+          port_range_value(word, words.value_for(word));
+    } else if (word == "priority") {
+      words.once(word);
+      policy.priority = static_cast<uint32_t>(number_in(word, words.value_for(word), 0, kMaxU32));
+    } else if (word == "action") {
+      words.once(word);
+      const auto value = words.value_for(word);
+      auto action = keywords::parse_action(value);
+      if (!action) fail("action: " + describe(value) + " is not protect, bypass or discard");
+      policy.action = *action;
+      have_action = true;
+    } else if (word == "reqid") {
+      words.once(word);
+      policy.reqid = static_cast<uint32_t>(number_in(word, words.value_for(word), 1, kMaxU32));
+      have_reqid = true;
+    } else {
+      unknown_word("policy", word);
+    }
+  }
+  require("policy", {{"local", have_local}, {"remote", have_remote}, {"action", have_action}});
+  const Selector& s = policy.selector;
+  if (s.local.address.family != s.remote.address.family)
+    fail("policy: local and remote are of different address families");
+  if ((!s.local_ports.is_any() || !s.remote_ports.is_any()) &&
+      !keywords::protocol_has_ports(s.protocol))
+    fail("policy: ports need proto tcp, udp, sctp or udplite");
+  if (policy.action == PolicyAction::protect && !have_reqid)
+    fail("policy: action protect needs a reqid (the SAs to use)");
+  if (policy.action != PolicyAction::protect && have_reqid)
+    fail("reqid: only action protect uses SAs");
+  return policy;
+}
+
+std::vector<std::string_view> split_words(std::string_view line) {
+  std::vector<std::string_view> words;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    const size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+    if (i > start) words.push_back(line.substr(start, i - start));
+  }
+  return words;
+}
+
+struct Parsed {
+  StaticConfig config;
+  std::vector<size_t> sa_lines;
+  std::vector<size_t> policy_lines;
+  std::vector<std::pair<size_t, std::string>> errors;
+};
+
+void parse_line(std::string_view line, size_t number, Parsed& out) {
+  line = line.substr(0, line.find('#'));
+  for (char c : line) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\t' && c != '\r') || byte == 0x7F) fail("control character in line");
+  }
+  Words words(split_words(line));
+  if (words.done()) return;
+  const auto keyword = words.next();
+  if (keyword == "sa") {
+    out.config.sas.push_back(parse_sa(words));
+    out.sa_lines.push_back(number);
+  } else if (keyword == "policy") {
+    out.config.policies.push_back(parse_policy(words));
+    out.policy_lines.push_back(number);
+  } else if (auto shown = showable(keyword)) {
+    fail("unknown keyword " + *shown + " (a line starts with sa or policy)");
+  } else {
+    fail("unexpected value at the start of a line (not shown: it could be key material)");
+  }
+}
+
+// Problems no single line shows.
+void check_file(Parsed& p) {
+  using AddressKey = std::pair<uint8_t, std::array<uint8_t, 16>>;
+  std::map<std::pair<uint32_t, AddressKey>, size_t> sa_by_key;
+  std::map<uint32_t, size_t> inbound_by_spi;
+  std::set<std::pair<Direction, uint32_t>> groups;
+  for (size_t i = 0; i < p.config.sas.size(); ++i) {
+    const SadEntry& sa = p.config.sas[i];
+    const size_t line = p.sa_lines[i];
+    const auto& dst = sa.config.tunnel_destination;
+    auto [it, added] =
+        sa_by_key.emplace(std::pair{sa.config.spi, AddressKey{dst.family, dst.bytes}}, line);
+    if (!added) {
+      p.errors.emplace_back(line, "sa: spi " + spi_text(sa.config.spi) + " dst " + dst.to_string() +
+                                      " is already defined on line " + std::to_string(it->second));
+      continue;
+    }
+    if (sa.direction == Direction::in) {
+      auto [previous, fresh] = inbound_by_spi.emplace(sa.config.spi, line);
+      if (!fresh)
+        p.errors.emplace_back(line, "sa: spi " + spi_text(sa.config.spi) +
+                                        " is already used by the 'sa in' on line " +
+                                        std::to_string(previous->second) +
+                                        " (inbound SAs are found by SPI alone)");
+    }
+    groups.emplace(sa.direction, sa.reqid);
+  }
+
+  std::vector<std::pair<Direction, Selector>> seen;
+  for (size_t i = 0; i < p.config.policies.size(); ++i) {
+    const Policy& policy = p.config.policies[i];
+    const size_t line = p.policy_lines[i];
+    for (size_t j = 0; j < seen.size(); ++j)
+      if (seen[j].first == policy.direction && seen[j].second == policy.selector) {
+        p.errors.emplace_back(line, "policy: same direction and selector as the policy on line " +
+                                        std::to_string(p.policy_lines[j]));
+        break;
+      }
+    seen.emplace_back(policy.direction, policy.selector);
+    if (policy.action != PolicyAction::protect) continue;
+    // Outbound traffic is encrypted with out SAs; what in and fwd policies admit was
+    // decrypted with in SAs.
+    const Direction sa_direction =
+        policy.direction == Direction::out ? Direction::out : Direction::in;
+    if (!groups.contains({sa_direction, policy.reqid}))
+      p.errors.emplace_back(line, "policy: no 'sa " +
+                                      std::string(keywords::direction_name(sa_direction)) +
+                                      "' has reqid " + std::to_string(policy.reqid));
+  }
+}
+
+}  // namespace
+
+StaticFileResult parse_static_file(std::string_view text, std::string_view file_name) {
+  Parsed parsed;
+  size_t number = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    ++number;
+    try {
+      parse_line(text.substr(start, end - start), number, parsed);
+    } catch (const LineError& error) {
+      parsed.errors.emplace_back(number, error.message);
+    }
+    start = end + 1;
+  }
+  if (parsed.errors.empty()) check_file(parsed);
+
+  StaticFileResult result;
+  if (parsed.errors.empty()) {
+    for (size_t i = 0; i < parsed.config.policies.size(); ++i)
+      parsed.config.policies[i].id = static_cast<uint32_t>(i + 1);
+    result.config = std::move(parsed.config);
+    return result;
+  }
+  std::stable_sort(parsed.errors.begin(), parsed.errors.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [line, message] : parsed.errors)
+    result.errors.push_back(std::string(file_name) + ":" + std::to_string(line) + ": " + message);
+  return result;
+}
+
+StaticFileResult load_static_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return {std::nullopt, {path + ": cannot open: " + std::strerror(errno)}};
+  std::string text;
+  char buffer[65536];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file);
+  std::fclose(file);
+  if (failed) return {std::nullopt, {path + ": read error"}};
+  auto result = parse_static_file(text, path);
+  // The text held keys; don't leave them behind in freed memory.
+  OPENSSL_cleanse(text.data(), text.size());
+  OPENSSL_cleanse(buffer, sizeof buffer);
+  return result;
+}
+
+}  // namespace espgw::xfrm
