@@ -26,10 +26,10 @@ class PacketBuffer {
   explicit PacketBuffer(size_t capacity = kDefaultCapacity, size_t headroom = kDefaultHeadroom)
       : storage_(static_cast<uint8_t*>(::operator new[](capacity, std::align_val_t{kAlignment}))),
         capacity_(capacity),
-        head_(headroom),
-        length_(0) {
-    assert(headroom <= capacity);
-  }
+        // A buffer smaller than the headroom (tests, tiny scratch buffers) starts empty at
+        // its end rather than outside it.
+        head_(headroom < capacity ? headroom : capacity),
+        length_(0) {}
 
   uint8_t* data() { return storage_.get() + head_; }
   const uint8_t* data() const { return storage_.get() + head_; }

@@ -1,0 +1,125 @@
+# Shared by tests/netns/site_to_site.sh and tools/site_to_site_demo.sh: the four-namespace
+# topology and two espgw daemons with static SAs.
+#
+#   lanA 10.1.0.2 fd00:1::2 ── gwA ══ WAN 192.0.2.0/24 2001:db8::/64 ══ gwB ── lanB 10.2.0.2 fd00:2::2
+#
+# The caller sets ESPGW (the daemon binary) and sources this file; namespaces are named per
+# run and removed, with every process started here, by the EXIT trap.
+
+RUN=eg$$
+LANA=$RUN-lanA GWA=$RUN-gwA GWB=$RUN-gwB LANB=$RUN-lanB
+WORK=$(mktemp -d /tmp/espgw-s2s.XXXXXX)
+PIDS=()
+FAILURES=0
+PASSES=0
+
+log() { printf '[s2s] %s\n' "$*"; }
+pass() { PASSES=$((PASSES + 1)); log "PASS $*"; }
+fail() { FAILURES=$((FAILURES + 1)); log "FAIL $*"; }
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+setup_topology() {
+  for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do
+    ip netns add "$ns"
+    in_ns "$ns" sh -c 'echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad;
+                       echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad'
+    ip -n "$ns" link set lo up
+  done
+  ip -n "$LANA" link add eth0 type veth peer name lan0 netns "$GWA"
+  ip -n "$LANB" link add eth0 type veth peer name lan0 netns "$GWB"
+  ip -n "$GWA" link add wan0 type veth peer name wan0 netns "$GWB"
+  for gw in "$GWA" "$GWB"; do
+    in_ns "$gw" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward;
+                       echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'
+  done
+  ip -n "$LANA" addr add 10.1.0.2/16 dev eth0
+  ip -n "$LANA" addr add fd00:1::2/64 dev eth0 nodad
+  ip -n "$GWA" addr add 10.1.0.1/16 dev lan0
+  ip -n "$GWA" addr add fd00:1::1/64 dev lan0 nodad
+  ip -n "$GWA" addr add 192.0.2.1/24 dev wan0
+  ip -n "$GWA" addr add 2001:db8::1/64 dev wan0 nodad
+  ip -n "$GWB" addr add 192.0.2.2/24 dev wan0
+  ip -n "$GWB" addr add 2001:db8::2/64 dev wan0 nodad
+  ip -n "$GWB" addr add 10.2.0.1/16 dev lan0
+  ip -n "$GWB" addr add fd00:2::1/64 dev lan0 nodad
+  ip -n "$LANB" addr add 10.2.0.2/16 dev eth0
+  ip -n "$LANB" addr add fd00:2::2/64 dev eth0 nodad
+  for ns in "$LANA" "$LANB"; do ip -n "$ns" link set eth0 up; done
+  for gw in "$GWA" "$GWB"; do ip -n "$gw" link set lan0 up; ip -n "$gw" link set wan0 up; done
+  ip -n "$LANA" route add default via 10.1.0.1
+  ip -n "$LANA" -6 route add default via fd00:1::1
+  ip -n "$LANB" route add default via 10.2.0.1
+  ip -n "$LANB" -6 route add default via fd00:2::1
+}
+
+random_key() { od -An -tx1 -N20 /dev/urandom | tr -d ' \n'; }
+
+# write_configs MODE FAMILY: espgw.conf and static SA files for both gateways.
+write_configs() {
+  local mode=$1 family=$2 a b udp=""
+  if [[ $family == 4 ]]; then a=192.0.2.1 b=192.0.2.2; else a=2001:db8::1 b=2001:db8::2; fi
+  [[ $mode == udp ]] && udp="udp 4500:4500"
+  KEY_AB=$(random_key) KEY_BA=$(random_key) ADDR_A=$a ADDR_B=$b
+  local key_ab=$KEY_AB key_ba=$KEY_BA
+  local policies="policy out local LOCAL4 remote REMOTE4 action protect reqid 1
+policy fwd local LOCAL4 remote REMOTE4 action protect reqid 1
+policy out local LOCAL6 remote REMOTE6 action protect reqid 1
+policy fwd local LOCAL6 remote REMOTE6 action protect reqid 1"
+  cat >"$WORK/static-a.conf" <<EOS
+sa out spi 0x1001 aes-gcm-128 key 0x$key_ab src $a dst $b $udp reqid 1
+sa in spi 0x2001 aes-gcm-128 key 0x$key_ba src $b dst $a $udp reqid 1
+$(echo "$policies" | sed 's#LOCAL4#10.1.0.0/16#; s#REMOTE4#10.2.0.0/16#; s#LOCAL6#fd00:1::/64#; s#REMOTE6#fd00:2::/64#')
+EOS
+  cat >"$WORK/static-b.conf" <<EOS
+sa out spi 0x2001 aes-gcm-128 key 0x$key_ba src $b dst $a $udp reqid 1
+sa in spi 0x1001 aes-gcm-128 key 0x$key_ab src $a dst $b $udp reqid 1
+$(echo "$policies" | sed 's#LOCAL4#10.2.0.0/16#; s#REMOTE4#10.1.0.0/16#; s#LOCAL6#fd00:2::/64#; s#REMOTE6#fd00:1::/64#')
+EOS
+  for side in a b; do
+    local local_address=$a
+    [[ $side == b ]] && local_address=$b
+    cat >"$WORK/espgw-$side.conf" <<EOS
+tun-name = espgw0
+local-address = $local_address
+static-sa-file = static-$side.conf
+workers = 2
+log-level = info
+EOS
+  done
+}
+
+start_gateway() {  # start_gateway NS SIDE
+  local ns=$1 side=$2
+  # Not through in_ns: `$!` must be the process that becomes espgw (ip netns exec execs
+  # it), not a subshell, so that signals reach the daemon.
+  ip netns exec "$ns" "$ESPGW" -c "$WORK/espgw-$side.conf" >"$WORK/espgw-$side.log" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$side=$!"
+  for _ in $(seq 1 50); do
+    if ip -n "$ns" link show espgw0 2>/dev/null | grep -q 'UP'; then return 0; fi
+    sleep 0.1
+  done
+  log "espgw in $ns did not come up:"; cat "$WORK/espgw-$side.log"
+  return 1
+}
+
+stop_gateway() {  # stop_gateway NS SIDE: SIGTERM, then the TUN device and routes are gone
+  local ns=$1 side=$2 pid
+  eval "pid=\$PID_$side"
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  if ip -n "$ns" link show espgw0 >/dev/null 2>&1; then fail "$ns: espgw0 still exists after SIGTERM"
+  elif ip -n "$ns" route show proto 245 | grep -q . || ip -n "$ns" -6 route show proto 245 | grep -q .; then
+    fail "$ns: espgw routes left after SIGTERM"
+  else pass "$ns: SIGTERM removed espgw0 and its routes"; fi
+}
+
