@@ -12,6 +12,7 @@ packages=(
   iperf3 tshark iproute2 iputils-ping sysstat     # traffic and capture in namespaces
   strongswan-charon strongswan-swanctl libcharon-extra-plugins
   libstrongswan-standard-plugins
+  wireguard-go wireguard-tools                    # site-to-site benchmark baseline
 )
 
 missing=()

@@ -76,6 +76,8 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
         config.tun_name = value;
     } else if (key == "tun-queues") {
       if (!parse_number(value, config.tun_queues, 1u, 64u)) bad("a number from 1 to 64");
+    } else if (key == "tun-offload") {
+      if (!parse_bool(value, config.tun_offload)) bad("yes or no");
     } else if (key == "tun-address") {
       if (auto prefix = esp::IpPrefix::parse(value))
         config.tun_address = prefix;

@@ -17,6 +17,9 @@ namespace espgw::daemon {
 struct GatewayConfig {
   std::string tun_name = "espgw0";
   unsigned tun_queues = 1;
+  // IFF_VNET_HDR with TSO/checksum offload: the kernel hands over TCP super-packets (up to
+  // 64 KB) that espgw segments itself, and takes coalesced super-packets back (GRO).
+  bool tun_offload = true;
   std::optional<esp::IpPrefix> tun_address;  // optional address on the TUN device
   esp::IpAddress local_address;              // WAN address espgw sends from (required)
   uint16_t udp_port = 4500;

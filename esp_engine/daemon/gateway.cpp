@@ -13,6 +13,7 @@
 #include "daemon/log.h"
 #include "esp/esp_format.h"
 #include "esp/wire.h"
+#include "io/offload.h"
 #include "pipeline/flow_hash.h"
 #include "util/byte_order.h"
 #include "xfrm/flow_key.h"
@@ -101,14 +102,26 @@ class Gateway::WanSink final : public pipeline::PacketSink {
 };
 
 // Writes decrypted packets into the TUN device. Shared by every inbound SA: a write of
-// one packet is atomic, so concurrent calls for different SAs are fine.
+// one frame is atomic, so concurrent calls for different SAs are fine. With offloads, the
+// in-order TCP segments of a flow in one delivery batch are coalesced into one
+// super-packet (GRO), so the kernel's TCP stack sees few large packets.
 class Gateway::TunSink final : public pipeline::PacketSink {
  public:
   TunSink(const io::TunDevice& tun, GatewayCounters& counters) : tun_(tun), counters_(counters) {}
   void deliver(std::span<pipeline::Packet* const> packets) override {
-    for (pipeline::Packet* packet : packets)
-      if (!tun_.write(0, packet->buffer.bytes()))
-        counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+    if (!tun_.vnet_header()) {
+      for (pipeline::Packet* packet : packets)
+        if (!tun_.write(0, packet->buffer.bytes()))
+          counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    thread_local io::TcpCoalescer coalescer;
+    for (pipeline::Packet* packet : packets) coalescer.add(packet->buffer.bytes());
+    auto write = [&](std::span<const uint8_t> frame) {
+      if (!tun_.write(0, frame)) counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    };
+    coalescer.flush(write);
   }
 
  private:
@@ -138,19 +151,24 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
     throw std::runtime_error(message);
   }
 
-  tun_ = std::make_unique<io::TunDevice>(config_.tun_name, config_.tun_queues);
+  tun_ = std::make_unique<io::TunDevice>(config_.tun_name, config_.tun_queues, config_.tun_offload);
   for (unsigned q = 0; q < tun_->queues(); ++q)
     fcntl(tun_->fd(q), F_SETFL, fcntl(tun_->fd(q), F_GETFL) | O_NONBLOCK);
 
+  tunnel_mtu_ = derive_tunnel_mtu(*file.config);
   pipeline::PipelineConfig pipeline_config;
   pipeline_config.workers = config_.workers;
   pipeline_config.pin_workers = config_.pin_workers;
   pipeline_config.pool_packets = config_.pool_packets;
   pipeline_config.reorder_hold = config_.reorder_hold;
+  // A buffer holds the largest packet either side can carry: an inner packet of the
+  // tunnel MTU plus ESP and outer headers, or an ESP packet of the WAN path MTU.
+  pipeline_config.packet_capacity =
+      std::max<size_t>(2048, esp::PacketBuffer::kDefaultHeadroom +
+                                 std::max<size_t>(tunnel_mtu_ + 128, max_path_mtu_) + 64);
   pipeline_ = std::make_unique<pipeline::Pipeline>(pipeline_config);
   tun_sink_ = std::make_unique<TunSink>(*tun_, counters_);
 
-  tunnel_mtu_ = derive_tunnel_mtu(*file.config);
   if (auto r = netlink_.set_mtu(tun_->name(), tunnel_mtu_); !r) throw std::runtime_error(r.message);
   if (config_.tun_address)
     if (auto r = netlink_.add_address(tun_->name(), *config_.tun_address);
@@ -184,6 +202,7 @@ unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
       log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
     }
     const uint32_t path = route ? route.mtu : 1500;
+    max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
     const size_t overhead = esp::max_esp_overhead(sa.config.tunnel_destination.family == 6,
                                                   sa.config.udp_encapsulation.has_value());
     const unsigned candidate = static_cast<unsigned>(path > overhead ? path - overhead : 576);
@@ -311,7 +330,12 @@ bool Gateway::reload() {
 
 void Gateway::start() {
   running_.store(true);
-  for (unsigned q = 0; q < tun_->queues(); ++q) threads_.emplace_back([this, q] { tun_reader(q); });
+  for (unsigned q = 0; q < tun_->queues(); ++q) {
+    if (tun_->vnet_header())
+      threads_.emplace_back([this, q] { tun_reader_offload(q); });
+    else
+      threads_.emplace_back([this, q] { tun_reader(q); });
+  }
   if (udp_socket_) threads_.emplace_back([this] { wan_reader(udp_socket_.get()); });
   if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
 }
@@ -376,6 +400,42 @@ void Gateway::tun_reader(unsigned queue) {
     // with the old one.
     const auto forwarding = forwarding_.load(std::memory_order_acquire);
     handle_outbound(packet, *forwarding);
+  }
+}
+
+void Gateway::tun_reader_offload(unsigned queue) {
+  // A frame is a virtio-net header and up to 64 KB of packet: read it into a scratch
+  // buffer, cut TCP super-packets into MSS-sized segments (completing checksums the
+  // kernel left partial), and copy each segment into a pipeline packet.
+  const int fd = tun_->fd(queue);
+  io::TsoSegmenter segmenter;
+  std::vector<uint8_t> frame(io::VnetHeader::kSize + 65536);
+  while (running_.load(std::memory_order_relaxed)) {
+    const long n = tun_->read(queue, frame.data(), frame.size());
+    if (n <= 0) {
+      pollfd waiter{fd, POLLIN, 0};
+      poll(&waiter, 1, kPollMs);
+      continue;
+    }
+    const auto forwarding = forwarding_.load(std::memory_order_acquire);
+    auto emit = [&](std::span<const uint8_t> segment) {
+      pipeline::Packet* packet = pipeline_->acquire();
+      while (!packet && running_.load(std::memory_order_relaxed)) {
+        usleep(50);  // backpressure: every packet is in flight
+        packet = pipeline_->acquire();
+      }
+      if (!packet) return false;
+      if (!packet->buffer.assign(segment) || packet->buffer.tailroom() < esp::encap_tailroom()) {
+        counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
+        pipeline_->release(packet);
+        return true;
+      }
+      handle_outbound(packet, *forwarding);
+      return true;
+    };
+    const auto result = segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit);
+    if (result != io::OffloadResult::ok && result != io::OffloadResult::stopped)
+      counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -446,9 +506,10 @@ void Gateway::log_counters() const {
   };
   log(LogLevel::info,
       "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
-      "wan-send-failed=%llu tun-write-failed=%llu",
+      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu",
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
-      g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed));
+      g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
+      g(counters_.tun_bad_offload));
   const auto load = pipeline_->worker_load();
   for (size_t i = 0; i < load.size(); ++i)
     log(LogLevel::info, "worker %zu packets=%llu", i,

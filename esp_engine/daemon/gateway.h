@@ -34,6 +34,7 @@ struct GatewayCounters {
   std::atomic<uint64_t> ike_dropped{0};     // IKE on 4500 with no IKE daemon attached
   std::atomic<uint64_t> wan_send_failed{0};
   std::atomic<uint64_t> tun_write_failed{0};
+  std::atomic<uint64_t> tun_bad_offload{0};  // a TUN frame the segmenter refused
 };
 
 class Gateway {
@@ -74,6 +75,7 @@ class Gateway {
   void tun_reader(unsigned queue);
   void wan_reader(io::WanSocket* socket);
   void handle_outbound(pipeline::Packet* packet, const Forwarding& forwarding);
+  void tun_reader_offload(unsigned queue);
 
   GatewayConfig config_;
   std::unique_ptr<io::TunDevice> tun_;
@@ -84,6 +86,7 @@ class Gateway {
   std::unique_ptr<TunSink> tun_sink_;
   uint64_t flow_seed_;
   unsigned tunnel_mtu_ = 0;
+  size_t max_path_mtu_ = 1500;  // largest WAN path MTU towards a peer
 
   std::map<std::string, std::unique_ptr<OutboundEntry>> outbound_;  // by "spi/destination"
   std::map<std::string, std::unique_ptr<InboundEntry>> inbound_;

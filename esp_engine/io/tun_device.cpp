@@ -8,11 +8,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <system_error>
+
+#include "io/offload.h"
 
 namespace espgw::io {
 
-TunDevice::TunDevice(const std::string& name, unsigned queues) : name_(name) {
+TunDevice::TunDevice(const std::string& name, unsigned queues, bool vnet_header)
+    : name_(name), vnet_header_(vnet_header) {
   if (name.empty() || name.size() >= IFNAMSIZ)
     throw std::invalid_argument("TUN device name must be 1.." + std::to_string(IFNAMSIZ - 1) +
                                 " characters: '" + name + "'");
@@ -26,7 +30,8 @@ TunDevice::TunDevice(const std::string& name, unsigned queues) : name_(name) {
     }
     ifreq request{};
     std::strncpy(request.ifr_name, name.c_str(), IFNAMSIZ - 1);
-    request.ifr_flags = IFF_TUN | IFF_NO_PI | (queues > 1 ? IFF_MULTI_QUEUE : 0);
+    request.ifr_flags =
+        IFF_TUN | IFF_NO_PI | (queues > 1 ? IFF_MULTI_QUEUE : 0) | (vnet_header ? IFF_VNET_HDR : 0);
     if (ioctl(fd, TUNSETIFF, &request) < 0) {
       const int error = errno;
       ::close(fd);
@@ -35,6 +40,27 @@ TunDevice::TunDevice(const std::string& name, unsigned queues) : name_(name) {
     }
     name_ = request.ifr_name;
     fds_.push_back(fd);
+  }
+  if (vnet_header) enable_offloads();
+}
+
+// The header size and the offloads belong to the device, not to a queue: set them once,
+// after every queue is attached. Without TUN_F_TSO_ECN the kernel segments CWR-marked
+// super-packets itself; without TUN_F_UFO/USO4/USO6 it never hands us UDP super-packets.
+void TunDevice::enable_offloads() {
+  int header_size = static_cast<int>(VnetHeader::kSize);
+  if (ioctl(fds_[0], TUNSETVNETHDRSZ, &header_size) < 0) {
+    const int error = errno;
+    close_all();
+    throw std::system_error(error, std::generic_category(), "TUNSETVNETHDRSZ " + name_);
+  }
+  const unsigned offloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+  if (ioctl(fds_[0], TUNSETOFFLOAD, offloads) < 0) {
+    const int error = errno;
+    close_all();
+    throw std::system_error(error, std::generic_category(),
+                            "TUNSETOFFLOAD (TUN_F_CSUM|TUN_F_TSO4|TUN_F_TSO6) on " + name_ +
+                                ": the kernel refused TUN checksum/TSO offloads");
   }
 }
 

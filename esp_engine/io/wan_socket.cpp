@@ -1,6 +1,8 @@
 #include "io/wan_socket.h"
 
 #include <arpa/inet.h>
+
+#include <netinet/udp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -109,6 +111,16 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
 }
 
 int WanSocket::send(std::span<const Outgoing> packets) const {
+  if (kind_ == WanKind::udp && gso_.load(std::memory_order_relaxed)) {
+    const int sent = send_segmented(packets);
+    if (sent >= 0) return sent;
+    // The kernel refused segmentation offload on this path: plain datagrams from now on.
+    gso_.store(false, std::memory_order_relaxed);
+  }
+  return send_each(packets);
+}
+
+int WanSocket::send_each(std::span<const Outgoing> packets) const {
   int sent_total = 0;
   while (!packets.empty()) {
     const size_t count = std::min(packets.size(), kMaxBatch);
@@ -130,6 +142,72 @@ int WanSocket::send(std::span<const Outgoing> packets) const {
     }
     sent_total += sent;
     packets = packets.subspan(static_cast<size_t>(sent));
+  }
+  return sent_total;
+}
+
+int WanSocket::send_segmented(std::span<const Outgoing> packets) const {
+  // UDP GSO (UDP_SEGMENT): a run of datagrams to one peer, all of one size except a
+  // shorter last one, goes down the stack as one buffer and is cut into datagrams at the
+  // bottom. Bulk traffic is exactly that: full-size ESP packets of one SA. The run is
+  // gathered with an iovec per packet, so nothing is copied.
+  constexpr size_t kMaxSegments = 64;  // the kernel's UDP_MAX_SEGMENTS
+  std::array<mmsghdr, kMaxBatch> messages{};
+  std::array<iovec, kMaxBatch * 2> vectors{};
+  struct alignas(cmsghdr) Control {
+    uint8_t bytes[CMSG_SPACE(sizeof(uint16_t))];
+  };
+  std::array<Control, kMaxBatch> controls{};
+  int sent_total = 0;
+  size_t next = 0;
+  while (next < packets.size()) {
+    size_t message_count = 0, vector_count = 0;
+    std::array<size_t, kMaxBatch> run_length{};
+    while (next < packets.size() && message_count < kMaxBatch && vector_count < vectors.size()) {
+      const Outgoing& first = packets[next];
+      size_t run = 1;
+      while (next + run < packets.size() && run < kMaxSegments &&
+             vector_count + run < vectors.size() && packets[next + run].peer == first.peer &&
+             packets[next + run].length <= first.length &&
+             packets[next + run - 1].length == first.length &&
+             run * first.length + packets[next + run].length <= 65000)
+        ++run;
+      msghdr& header = messages[message_count].msg_hdr;
+      header = {};
+      header.msg_name = const_cast<sockaddr_storage*>(first.peer);
+      header.msg_namelen = first.peer_length;
+      header.msg_iov = &vectors[vector_count];
+      header.msg_iovlen = run;
+      for (size_t i = 0; i < run; ++i)
+        vectors[vector_count + i] = {const_cast<uint8_t*>(packets[next + i].data),
+                                     packets[next + i].length};
+      if (run > 1) {
+        header.msg_control = controls[message_count].bytes;
+        header.msg_controllen = sizeof(controls[message_count].bytes);
+        cmsghdr* control = CMSG_FIRSTHDR(&header);
+        control->cmsg_level = SOL_UDP;
+        control->cmsg_type = UDP_SEGMENT;
+        control->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t segment = static_cast<uint16_t>(first.length);
+        std::memcpy(CMSG_DATA(control), &segment, sizeof segment);
+      }
+      run_length[message_count] = run;
+      vector_count += run;
+      ++message_count;
+      next += run;
+    }
+    size_t done = 0;
+    while (done < message_count) {
+      const int sent =
+          sendmmsg(fd_, messages.data() + done, static_cast<unsigned>(message_count - done), 0);
+      if (sent < 0) {
+        if (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT) return -1;  // no GSO here
+        ++done;  // skip the failing message, as send_each skips a packet
+        continue;
+      }
+      for (int i = 0; i < sent; ++i) sent_total += static_cast<int>(run_length[done + i]);
+      done += static_cast<size_t>(sent);
+    }
   }
   return sent_total;
 }

@@ -1,5 +1,6 @@
 // The WAN side: ESP in UDP (RFC 3948, port 4500) or raw ESP (IP protocol 50), IPv4 or
-// IPv6, with batched receive and send (recvmmsg/sendmmsg: one system call per batch).
+// IPv6, with batched receive and send (recvmmsg/sendmmsg: one system call per batch), and
+// for UDP, segmentation offload: a run of equal-size packets to one peer is one send.
 // The kernel builds and strips the outer IP (and UDP) header; espgw hands it ESP starting
 // at the SPI (UDP) or, for raw IPv4 receive, strips the IP header the kernel passes up.
 #pragma once
@@ -7,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -58,9 +60,14 @@ class WanSocket {
   static socklen_t make_peer(const esp::IpAddress& address, uint16_t port, sockaddr_storage& out);
 
  private:
+  int send_each(std::span<const Outgoing> packets) const;
+  // -1 if the kernel refuses UDP segmentation offload.
+  int send_segmented(std::span<const Outgoing> packets) const;
+
   WanKind kind_;
   int family_;
   int fd_ = -1;
+  mutable std::atomic<bool> gso_{true};  // UDP: send runs of equal-size packets with UDP_SEGMENT
 };
 
 }  // namespace espgw::io
