@@ -59,6 +59,7 @@
 //   --pipeline_pool=N            pool packets (default 8192)
 //   --pipeline_reorder_hold_us=N inbound reorder hold time (default: the pipeline's 1000)
 //   --pipeline_reorder_capacity=N inbound reorder window per SA (default: the pipeline's 512)
+//   --pipeline_assist=N          submitter assist threshold (0: off; default: the pipeline's)
 //   --pipeline_pin               pin workers to CPUs (PipelineConfig::pin_workers)
 //   --pipeline_strict_order      fail on any order violation, even one the reorder buffer
 //                                accounts for as a late release (see below)
@@ -125,6 +126,7 @@ size_t g_batch = 256;
 size_t g_pool = 8192;
 std::optional<unsigned> g_reorder_hold_us;
 std::optional<size_t> g_reorder_capacity;
+std::optional<size_t> g_assist_threshold;
 bool g_pin = false;
 bool g_strict_order = false;
 std::vector<unsigned> g_workers;
@@ -384,6 +386,7 @@ struct Rig {
     config.packet_capacity = 2048;
     if (g_reorder_hold_us) config.reorder_hold = std::chrono::microseconds(*g_reorder_hold_us);
     if (g_reorder_capacity) config.reorder_capacity = *g_reorder_capacity;
+    if (g_assist_threshold) config.submitter_assist_threshold = *g_assist_threshold;
     pipeline = std::make_unique<pl::Pipeline>(config);
     loopback.set_pipeline(pipeline.get());
     next_counter.assign(sas, 0);
@@ -872,6 +875,9 @@ bool parse_own_flags(int& argc, char** argv, std::string& summary_out) {
         return false;
       }
       g_reorder_hold_us = static_cast<unsigned>(n);
+    } else if (arg.starts_with("--pipeline_assist=")) {
+      g_assist_threshold =
+          std::stoul(std::string(arg.substr(std::string_view("--pipeline_assist=").size())));
     } else if (arg.starts_with("--pipeline_reorder_capacity=")) {
       if (!parse_unsigned(value(), n) || n == 0) {
         std::cerr << "--pipeline_reorder_capacity must be a positive number\n";

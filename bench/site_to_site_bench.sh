@@ -28,12 +28,16 @@
 #   BENCH_SECONDS=10        iperf3 duration of each run
 #   BENCH_PATHS="plain espgw espgw-raw libipsec wireguard-go"   which paths, in order
 #   BENCH_CC=cubic          TCP congestion control (iperf3 -C)
+#   BENCH_WAN_MTU=1500      MTU of the WAN veth between the gateways; espgw derives its
+#                           tunnel MTU from it
+#   BENCH_LAN_MTU=1500      MTU of the LAN veths (with the WAN at 9000 too: jumbo end to end)
 #   BENCH_PING_COUNT=20     idle pings per path
 #   BENCH_OUT=bench/results/site_to_site.json
 #   BENCH_PLOT=docs/img/site_to_site.png   (empty: no plot)
 #   BENCH_KEEP=1            keep the work directory (configs, logs, raw JSON)
 #   ESPGW=path/to/espgw     default build/s2sbench/esp_engine/daemon/espgw, built if absent
 #   ESPGW_WORKERS=0 ESPGW_TUN_QUEUES=1   espgw.conf settings (0 workers: one per CPU)
+#   ESPGW_EXTRA_CONF="key = value"       more espgw.conf lines (e.g. socket-buffer, pool-packets)
 #
 # Namespaces are named per run (s2s<PID>-<n>-...); everything this script starts is
 # stopped and every namespace removed on exit, on failure and on Ctrl-C. Only PIDs this
@@ -142,8 +146,16 @@ setup_topology() {  # setup_topology INDEX: sets LANA GWA GWB LANB
   ip -n "$GWB" addr add 192.0.2.2/24 dev wan0
   ip -n "$GWB" addr add 10.2.0.1/16 dev lan0
   ip -n "$LANB" addr add 10.2.0.2/16 dev eth0
-  for ns in "$LANA" "$LANB"; do ip -n "$ns" link set eth0 up; done
-  for ns in "$GWA" "$GWB"; do ip -n "$ns" link set lan0 up; ip -n "$ns" link set wan0 up; done
+  for ns in "$LANA" "$LANB"; do
+    ip -n "$ns" link set eth0 mtu "${BENCH_LAN_MTU:-1500}"
+    ip -n "$ns" link set eth0 up
+  done
+  for ns in "$GWA" "$GWB"; do
+    ip -n "$ns" link set lan0 mtu "${BENCH_LAN_MTU:-1500}"
+    ip -n "$ns" link set wan0 mtu "${BENCH_WAN_MTU:-1500}"
+    ip -n "$ns" link set lan0 up
+    ip -n "$ns" link set wan0 up
+  done
   ip -n "$LANA" route add default via 10.1.0.1
   ip -n "$LANB" route add default via 10.2.0.1
 }
@@ -236,6 +248,7 @@ local-address = $local_address
 static-sa-file = $PATH_NAME-static-$side.conf
 workers = $ESPGW_WORKERS
 log-level = info
+${ESPGW_EXTRA_CONF:-}
 EOS
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -17,6 +18,7 @@
 #include "pipeline/flow_hash.h"
 #include "util/byte_order.h"
 #include "xfrm/flow_key.h"
+#include "xfrm/lifetime.h"
 
 namespace espgw::daemon {
 
@@ -129,8 +131,15 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   GatewayCounters& counters_;
 };
 
+// When an SA was installed and how far through its lifetime it is.
+struct LifetimeTracking {
+  std::chrono::steady_clock::time_point added_at = std::chrono::steady_clock::now();
+  xfrm::LifetimeState reported = xfrm::LifetimeState::none;
+};
+
 struct Gateway::OutboundEntry {
   xfrm::SadEntry entry;
+  LifetimeTracking lifetime;
   std::shared_ptr<esp::OutboundSa> sa;
   std::shared_ptr<WanSink> sink;
   std::shared_ptr<pipeline::OutboundChannel> channel;
@@ -138,6 +147,7 @@ struct Gateway::OutboundEntry {
 
 struct Gateway::InboundEntry {
   xfrm::SadEntry entry;
+  LifetimeTracking lifetime;
   std::shared_ptr<esp::InboundSa> sa;
   std::shared_ptr<pipeline::InboundChannel> channel;
 };
@@ -251,8 +261,10 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
       }
       auto& group = forwarding->groups[entry.reqid];
       if (!group) group = std::make_shared<pipeline::SaGroup>();
-      // Static SAs are never rekeyed in place, so the SPI is a stable member key.
-      group->set_member(entry.config.spi, outbound[key]->channel);
+      // Static SAs are never rekeyed in place, so the SPI is a stable member key. An SA
+      // past its hard lifetime stays out of service across reloads.
+      if (outbound[key]->lifetime.reported != xfrm::LifetimeState::hard)
+        group->set_member(entry.config.spi, outbound[key]->channel);
     } else {
       esp::SaConfig sa_config = entry.config;
       sa_config.selectors = inbound_selectors(config, entry.reqid);
@@ -479,6 +491,46 @@ void Gateway::wan_reader(io::WanSocket* socket) {
     have -= used;
   }
   for (size_t i = 0; i < have; ++i) pipeline_->release(packets[i]);
+}
+
+void Gateway::enforce_lifetimes() {
+  const auto now = std::chrono::steady_clock::now();
+  auto check = [&](const char* direction, const xfrm::SadEntry& entry, LifetimeTracking& tracking,
+                   const esp::SaCounters& counters, auto&& take_out_of_service) {
+    const uint64_t seconds = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(now - tracking.added_at).count());
+    const auto state = xfrm::check(entry.lifetimes, counters.bytes(), counters.packets(), seconds);
+    if (state <= tracking.reported) return;
+    tracking.reported = state;
+    if (state == xfrm::LifetimeState::soft) {
+      log(LogLevel::warn,
+          "SA %s spi 0x%08x: soft lifetime reached (%llu bytes, %llu packets, %llu s); a "
+          "rekey is due",
+          direction, entry.config.spi, static_cast<unsigned long long>(counters.bytes()),
+          static_cast<unsigned long long>(counters.packets()),
+          static_cast<unsigned long long>(seconds));
+      return;
+    }
+    log(LogLevel::warn,
+        "SA %s spi 0x%08x: hard lifetime reached (%llu bytes, %llu packets, %llu s); out of "
+        "service",
+        direction, entry.config.spi, static_cast<unsigned long long>(counters.bytes()),
+        static_cast<unsigned long long>(counters.packets()),
+        static_cast<unsigned long long>(seconds));
+    take_out_of_service();
+  };
+  const auto forwarding = forwarding_.load();
+  for (auto& [key, e] : outbound_) {
+    check("out", e->entry, e->lifetime, e->sa->counters(), [&, &entry = e] {
+      if (auto group = forwarding->groups.find(entry->entry.reqid);
+          group != forwarding->groups.end())
+        group->second->remove_member(entry->entry.config.spi);
+    });
+  }
+  for (auto& [key, e] : inbound_) {
+    check("in", e->entry, e->lifetime, e->sa->counters(),
+          [&, &entry = e] { pipeline_->remove_inbound(entry->entry.config.spi); });
+  }
 }
 
 void Gateway::log_counters() const {

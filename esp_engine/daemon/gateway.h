@@ -53,6 +53,11 @@ class Gateway {
   // Returns false, keeping the running configuration, if the file has errors.
   bool reload();
   void log_counters() const;
+  // Applies the SAs' soft and hard lifetimes (bytes, packets, seconds): a soft limit is
+  // logged once (static SAs are not rekeyed; with charon it asks for a rekey), a hard
+  // limit takes the SA out of service. Called every 100 ms, so an SA may overshoot its hard
+  // limit by up to 100 ms of traffic.
+  void enforce_lifetimes();
 
   unsigned tunnel_mtu() const { return tunnel_mtu_; }
   const std::string& tun_name() const { return tun_->name(); }

@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
     const auto interval = parsed.config->stats_interval;
     auto next_stats = std::chrono::steady_clock::now() + interval;
     for (;;) {
-      timespec timeout{1, 0};
+      // Lifetimes are checked on every wake-up: at most 100 ms of traffic passes an SA's
+      // hard limit before it goes out of service.
+      timespec timeout{0, 100'000'000};
       const int signal = sigtimedwait(&signals, nullptr, &timeout);
       if (signal == SIGTERM || signal == SIGINT) {
         log(LogLevel::info, "%s: stopping", strsignal(signal));
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
       }
       if (signal == SIGHUP) gateway.reload();
       if (signal == SIGUSR1) gateway.log_counters();
+      gateway.enforce_lifetimes();
       if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
         gateway.log_counters();
         next_stats += interval;

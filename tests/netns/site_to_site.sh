@@ -10,7 +10,7 @@
 # espgw put on the wire, and espgw accepts and delivers an ESP packet scapy built;
 # SIGTERM removes the TUN device and the routes.
 #
-# Usage: site_to_site.sh ESPGW_BINARY [scenario...]   (scenarios: udp4 raw4 udp6 raw6)
+# Usage: site_to_site.sh ESPGW_BINARY [scenario...]   (udp4 raw4 udp6 raw6 lifetime)
 # Needs root. Namespaces are named per run and always removed, even on failure.
 set -euo pipefail
 
@@ -119,6 +119,48 @@ check_counters() {
   else fail "$label counters"; grep "sa " "$WORK/espgw-b.log" || true; fi
 }
 
+check_reload_keeps_traffic() {  # SIGHUP with an unchanged SA set: no packet lost
+  local label=$1
+  in_ns "$LANA" ping -c 40 -i 0.05 -W 2 10.2.0.2 >"$WORK/reload-ping.out" 2>&1 &
+  local pinger=$!
+  sleep 0.7
+  printf '# reloaded by the test\n' >>"$WORK/static-a.conf"
+  kill -HUP "$PID_a" "$PID_b"
+  wait "$pinger" || true
+  if grep -q " 0% packet loss" "$WORK/reload-ping.out" && grep -q "reloaded" "$WORK/espgw-a.log"; then
+    pass "$label SIGHUP reload kept every packet of a running ping"
+  else fail "$label SIGHUP reload"; tail -3 "$WORK/reload-ping.out"; grep -i reload "$WORK/espgw-a.log"; fi
+  # A broken file is refused and the running configuration stays.
+  printf 'sa out spi 0x1 nonsense\n' >>"$WORK/static-a.conf"
+  kill -HUP "$PID_a"
+  sleep 0.5
+  if grep -q "reload refused" "$WORK/espgw-a.log" && in_ns "$LANA" ping -c 2 -i 0.2 -W 2 10.2.0.2 >/dev/null 2>&1; then
+    pass "$label a broken static file is refused with FILE:LINE and traffic continues"
+  else fail "$label broken reload"; grep -E "static-a.conf:|refused" "$WORK/espgw-a.log"; fi
+}
+
+run_lifetime() {  # an SA with a hard packet limit goes out of service
+  log "=== scenario lifetime: hard-packets on gwA's outbound SA ==="
+  write_configs udp 4
+  sed -i 's/^\(sa out .*\)$/\1 soft-packets 10 hard-packets 20/' "$WORK/static-a.conf"
+  start_gateway "$GWA" a && start_gateway "$GWB" b || { fail "lifetime: gateways did not start"; return; }
+  in_ns "$LANA" ping -c 30 -i 0.1 -W 1 10.2.0.2 >"$WORK/lifetime-ping.out" 2>&1 || true
+  sleep 1.5
+  local received
+  received=$(sed -n 's/.* \([0-9]*\) received.*/\1/p' "$WORK/lifetime-ping.out")
+  if grep -q "soft lifetime reached" "$WORK/espgw-a.log" && grep -q "hard lifetime reached" "$WORK/espgw-a.log" &&
+     ((received >= 10 && received < 30)); then
+    pass "lifetime: soft then hard limit logged, SA out of service ($received of 30 pings answered)"
+  else fail "lifetime: received=$received"; grep -i lifetime "$WORK/espgw-a.log"; fi
+  kill -USR1 "$PID_a"; sleep 0.3
+  if grep -qE "gateway drops: .*no-sa=[1-9]" "$WORK/espgw-a.log"; then
+    pass "lifetime: packets after the hard limit are counted as no-sa"
+  else fail "lifetime: no-sa not counted"; fi
+  stop_gateway "$GWA" a
+  stop_gateway "$GWB" b
+  PIDS=()
+}
+
 run_scenario() {
   local scenario=$1 mode=${1%?} family=${1: -1}
   log "=== scenario $scenario: WAN ${mode}, outer IPv$family ==="
@@ -139,6 +181,7 @@ run_scenario() {
   check_wire_is_esp "$scenario"
   check_df_icmp "$scenario"
   check_counters "$scenario"
+  check_reload_keeps_traffic "$scenario"
   check_scapy_decrypts_wire "$scenario" "$mode"
   # Last: its sequence number moves gwB's replay window far ahead of gwA's counter.
   check_espgw_accepts_scapy "$scenario" "$mode"
@@ -148,7 +191,9 @@ run_scenario() {
 }
 
 setup_topology
-for scenario in "${SCENARIOS[@]}"; do run_scenario "$scenario"; done
+for scenario in "${SCENARIOS[@]}"; do
+  if [[ $scenario == lifetime ]]; then run_lifetime; else run_scenario "$scenario"; fi
+done
 log "$PASSES passed, $FAILURES failed"
 printf '%s passed, %s failed\n' "$PASSES" "$FAILURES"
 ((FAILURES == 0))
