@@ -47,6 +47,7 @@
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
+#include "raw_ipsec_mb.h"
 #include "util/byte_order.h"
 
 namespace {
@@ -124,35 +125,9 @@ void finish(benchmark::State& state, size_t inner) {
 // ---------------------------------------------------------------------------------------
 // Raw ipsec-mb: the ceiling.
 
-IMB_ARCH g_arch = IMB_ARCH_NONE;
-
-IMB_MGR* raw_manager() {
-  static IMB_MGR* const manager = [] {
-    IMB_MGR* m = alloc_mb_mgr(0);
-    if (m == nullptr) throw std::bad_alloc();
-    init_mb_mgr_auto(m, &g_arch);
-    if (imb_get_errno(m) != 0) throw std::runtime_error("ipsec-mb: init_mb_mgr_auto failed");
-    return m;
-  }();
-  return manager;
-}
-
-const char* arch_name(IMB_ARCH arch) {
-  switch (arch) {
-    case IMB_ARCH_NOAESNI:
-      return "no-aesni";
-    case IMB_ARCH_SSE:
-      return "sse";
-    case IMB_ARCH_AVX:
-      return "avx";
-    case IMB_ARCH_AVX2:
-      return "avx2";
-    case IMB_ARCH_AVX512:
-      return "avx512";
-    default:
-      return "unknown";
-  }
-}
+using espgw::bench::arch_name;
+using espgw::bench::g_arch;
+using espgw::bench::raw_manager;
 
 // gcm_key_data must be 16-byte aligned; the header only guarantees it with -DLINUX.
 struct alignas(64) RawKey {

@@ -103,6 +103,7 @@
 #include "pipeline/pipeline.h"
 #include "pipeline/reorder_buffer.h"
 #include "pipeline/sa_group.h"
+#include "raw_ipsec_mb.h"
 #include "util/byte_order.h"
 
 namespace {
@@ -197,8 +198,6 @@ uint64_t cpu_clock_ns(clockid_t clock) {
 // ---------------------------------------------------------------------------------------
 // Raw ipsec-mb baseline.
 
-IMB_ARCH g_arch = IMB_ARCH_NONE;
-
 // The first thread to ask reuses the manager created at start-up; every other thread gets
 // its own (one manager per thread, as ipsec-mb requires).
 bool state_is_first_thread() {
@@ -206,33 +205,9 @@ bool state_is_first_thread() {
   return !taken.exchange(true);
 }
 
-IMB_MGR* raw_manager() {
-  static IMB_MGR* const manager = [] {
-    IMB_MGR* m = alloc_mb_mgr(0);
-    if (m == nullptr) throw std::bad_alloc();
-    init_mb_mgr_auto(m, &g_arch);
-    if (imb_get_errno(m) != 0) throw std::runtime_error("ipsec-mb: init_mb_mgr_auto failed");
-    return m;
-  }();
-  return manager;
-}
-
-const char* arch_name(IMB_ARCH arch) {
-  switch (arch) {
-    case IMB_ARCH_NOAESNI:
-      return "no-aesni";
-    case IMB_ARCH_SSE:
-      return "sse";
-    case IMB_ARCH_AVX:
-      return "avx";
-    case IMB_ARCH_AVX2:
-      return "avx2";
-    case IMB_ARCH_AVX512:
-      return "avx512";
-    default:
-      return "unknown";
-  }
-}
+using espgw::bench::arch_name;
+using espgw::bench::g_arch;
+using espgw::bench::raw_manager;
 
 // gcm_key_data must be 16-byte aligned; the header only guarantees it with -DLINUX.
 struct alignas(64) RawKey {
