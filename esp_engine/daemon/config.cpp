@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "crypto/aead.h"
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -98,6 +100,11 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "workers") {
       if (!parse_number(value, config.workers, 0u, 1024u))
         bad("a number from 0 (one per CPU) to 1024");
+    } else if (key == "crypto-backend") {
+      if (crypto::find_backend(value))
+        config.crypto_backend = value;
+      else
+        bad("ipsec-mb or openssl");
     } else if (key == "pin-workers") {
       if (!parse_bool(value, config.pin_workers)) bad("yes or no");
     } else if (key == "socket-buffer") {

@@ -23,8 +23,9 @@ struct GatewayConfig {
   std::optional<esp::IpPrefix> tun_address;  // optional address on the TUN device
   esp::IpAddress local_address;              // WAN address espgw sends from (required)
   uint16_t udp_port = 4500;
-  std::string static_sa_file;  // resolved against the config file's directory
-  unsigned workers = 0;        // 0: one per online CPU
+  std::string static_sa_file;               // resolved against the config file's directory
+  unsigned workers = 0;                     // 0: one per online CPU
+  std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
   size_t socket_buffer_bytes = 4 << 20;
   std::chrono::microseconds reorder_hold{1000};

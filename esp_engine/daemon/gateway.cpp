@@ -188,9 +188,9 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
 
   apply(*file.config);
   sync_routes(*file.config);
-  log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers",
+  log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers, %s",
       tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(),
-      pipeline_->worker_count());
+      pipeline_->worker_count(), config_.crypto_backend.c_str());
 }
 
 Gateway::~Gateway() {
@@ -250,7 +250,8 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
       } else {
         auto fresh = std::make_unique<OutboundEntry>();
         fresh->entry = entry;
-        fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, crypto::ipsec_mb_backend());
+        fresh->sa = std::make_shared<esp::OutboundSa>(
+            entry.config, *crypto::find_backend(config_.crypto_backend));
         fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
         fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink);
         log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
@@ -278,7 +279,8 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
       auto fresh = std::make_unique<InboundEntry>();
       fresh->entry = entry;
       socket_for(entry.config);  // make sure the socket it arrives on exists
-      fresh->sa = std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend());
+      fresh->sa = std::make_shared<esp::InboundSa>(sa_config,
+                                                   *crypto::find_backend(config_.crypto_backend));
       fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_);
       if (!fresh->channel) {
         log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);

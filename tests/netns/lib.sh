@@ -12,6 +12,7 @@ WORK=$(mktemp -d /tmp/espgw-s2s.XXXXXX)
 PIDS=()
 FAILURES=0
 PASSES=0
+declare -A CRYPTO_BACKEND_SIDE=()  # per side (a, b): ipsec-mb unless a scenario says otherwise
 
 log() { printf '[s2s] %s\n' "$*"; }
 pass() { PASSES=$((PASSES + 1)); log "PASS $*"; }
@@ -92,6 +93,7 @@ tun-name = espgw0
 local-address = $local_address
 static-sa-file = static-$side.conf
 workers = 2
+crypto-backend = ${CRYPTO_BACKEND_SIDE[$side]:-ipsec-mb}
 log-level = info
 EOS
   done

@@ -164,6 +164,9 @@ run_lifetime() {  # an SA with a hard packet limit goes out of service
 run_scenario() {
   local scenario=$1 mode=${1%?} family=${1: -1}
   log "=== scenario $scenario: WAN ${mode}, outer IPv$family ==="
+  # One scenario runs gwB on the OpenSSL backend: ipsec-mb on one end, OpenSSL on the other.
+  CRYPTO_BACKEND_SIDE=()
+  [[ $scenario == udp6 ]] && CRYPTO_BACKEND_SIDE[b]=openssl
   write_configs "$mode" "$family"
   # Path MTUs learned in the previous scenario would shadow this one's tunnel MTU.
   for ns in "$LANA" "$LANB"; do

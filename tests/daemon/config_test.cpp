@@ -1,0 +1,85 @@
+// espgw.conf parsing: every key, and every bad line reported as FILE:LINE.
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+
+namespace espgw::daemon {
+namespace {
+
+TEST(GatewayConfig, ParsesEveryKey) {
+  const auto result = parse_gateway_config_text(R"(# comment
+tun-name = gw7
+tun-queues = 4
+tun-offload = no
+tun-address = 10.1.255.1/32
+local-address = 2001:db8::1   # trailing comment
+udp-port = 4501
+static-sa-file = static/a.conf
+workers = 3
+crypto-backend = openssl
+pin-workers = yes
+socket-buffer = 1048576
+reorder-hold-us = 500
+pool-packets = 1024
+tunnel-mtu = 1400
+log-level = debug
+stats-interval = 10
+)",
+                                                "/etc/espgw/espgw.conf");
+  ASSERT_TRUE(result.config) << (result.errors.empty() ? "" : result.errors.front());
+  const GatewayConfig& c = *result.config;
+  EXPECT_EQ(c.tun_name, "gw7");
+  EXPECT_EQ(c.tun_queues, 4u);
+  EXPECT_FALSE(c.tun_offload);
+  EXPECT_EQ(c.tun_address->to_string(), "10.1.255.1/32");
+  EXPECT_EQ(c.local_address.to_string(), "2001:db8::1");
+  EXPECT_EQ(c.udp_port, 4501);
+  EXPECT_EQ(c.static_sa_file, "/etc/espgw/static/a.conf") << "relative to the config file";
+  EXPECT_EQ(c.workers, 3u);
+  EXPECT_EQ(c.crypto_backend, "openssl");
+  EXPECT_TRUE(c.pin_workers);
+  EXPECT_EQ(c.socket_buffer_bytes, 1048576u);
+  EXPECT_EQ(c.reorder_hold.count(), 500);
+  EXPECT_EQ(c.pool_packets, 1024u);
+  EXPECT_EQ(*c.tunnel_mtu, 1400u);
+  EXPECT_EQ(c.log_level, LogLevel::debug);
+  EXPECT_EQ(c.stats_interval.count(), 10);
+}
+
+TEST(GatewayConfig, EveryBadLineIsNamedByFileAndLine) {
+  const auto result = parse_gateway_config_text(R"(local-address = 192.0.2.1
+static-sa-file = s.conf
+tun-queues = 0
+colour = blue
+udp-port = 70000
+crypto-backend = rot13
+just some words
+log-level =
+local-address = 300.1.1.1
+)",
+                                                "gw.conf");
+  EXPECT_FALSE(result.config);
+  const std::vector<std::string> expected = {
+      "gw.conf:3: 'tun-queues': expected a number from 1 to 64, got '0'",
+      "gw.conf:4: unknown key 'colour'",
+      "gw.conf:5: 'udp-port': expected a port number, got '70000'",
+      "gw.conf:6: 'crypto-backend': expected ipsec-mb or openssl, got 'rot13'",
+      "gw.conf:7: expected 'key = value', got 'just some words'",
+      "gw.conf:8: 'log-level' has no value",
+      "gw.conf:9: 'local-address': expected an IPv4 or IPv6 address, got '300.1.1.1'",
+  };
+  EXPECT_EQ(result.errors, expected);
+}
+
+TEST(GatewayConfig, RequiredKeysAndMissingFile) {
+  const auto empty = parse_gateway_config_text("", "x.conf");
+  ASSERT_EQ(empty.errors.size(), 2u);
+  EXPECT_EQ(empty.errors[0], "x.conf: 'local-address' is required");
+  EXPECT_EQ(empty.errors[1], "x.conf: 'static-sa-file' is required");
+  const auto missing = parse_gateway_config("/nonexistent/espgw.conf");
+  ASSERT_EQ(missing.errors.size(), 1u);
+  EXPECT_EQ(missing.errors[0], "/nonexistent/espgw.conf: cannot open the file");
+}
+
+}  // namespace
+}  // namespace espgw::daemon
