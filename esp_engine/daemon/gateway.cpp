@@ -564,6 +564,12 @@ void Gateway::log_counters() const {
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
       g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
       g(counters_.tun_bad_offload));
+  if (udp_socket_)
+    log(LogLevel::info, "wan udp socket: %u datagrams dropped by the kernel (receive buffer full)",
+        udp_socket_->kernel_drops());
+  if (raw_socket_)
+    log(LogLevel::info, "wan raw socket: %u datagrams dropped by the kernel (receive buffer full)",
+        raw_socket_->kernel_drops());
   const auto load = pipeline_->worker_load();
   for (size_t i = 0; i < load.size(); ++i)
     log(LogLevel::info, "worker %zu packets=%llu", i,

@@ -62,6 +62,9 @@ WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port, s
   if (reuse_port) setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (family_ == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
   size_buffers(fd_, buffer_bytes);
+  // The kernel then reports, with each datagram, how many it dropped on this socket's
+  // full receive buffer: drops that would otherwise only show in /proc/net/snmp.
+  setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
   sockaddr_storage address;
   const socklen_t length = make_peer(local, kind == WanKind::udp ? port : 0, address);
   if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
@@ -83,7 +86,13 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
   if (ready <= 0) return ready;
   std::array<mmsghdr, kMaxBatch> messages{};
   std::array<iovec, kMaxBatch> vectors{};
+  struct alignas(cmsghdr) Control {
+    uint8_t bytes[CMSG_SPACE(sizeof(uint32_t))];
+  };
+  std::array<Control, kMaxBatch> controls{};
   for (size_t i = 0; i < count; ++i) {
+    messages[i].msg_hdr.msg_control = controls[i].bytes;
+    messages[i].msg_hdr.msg_controllen = sizeof(controls[i].bytes);
     esp::PacketBuffer& buffer = *datagrams[i].buffer;
     buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
     vectors[i] = {buffer.data(), buffer.tailroom()};
@@ -96,6 +105,14 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
       recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
   if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
   for (int i = 0; i < received; ++i) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&messages[i].msg_hdr); c != nullptr;
+         c = CMSG_NXTHDR(&messages[i].msg_hdr, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t dropped;
+        std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
+        kernel_drops_.store(dropped, std::memory_order_relaxed);
+      }
+    }
     Datagram& d = datagrams[i];
     d.peer_length = messages[i].msg_hdr.msg_namelen;
     size_t length = messages[i].msg_len;

@@ -56,6 +56,10 @@ class WanSocket {
   // Sends the batch; returns how many were sent. A packet the kernel refuses is skipped.
   int send(std::span<const Outgoing> packets) const;
 
+  // Datagrams the kernel dropped because this socket's receive buffer was full, as last
+  // reported with a received datagram (SO_RXQ_OVFL).
+  uint32_t kernel_drops() const { return kernel_drops_.load(std::memory_order_relaxed); }
+
   // The socket address of `address`:`port` for this socket's family.
   static socklen_t make_peer(const esp::IpAddress& address, uint16_t port, sockaddr_storage& out);
 
@@ -67,7 +71,9 @@ class WanSocket {
   WanKind kind_;
   int family_;
   int fd_ = -1;
-  mutable std::atomic<bool> gso_{true};  // UDP: send runs of equal-size packets with UDP_SEGMENT
+  mutable std::atomic<bool> gso_{true};
+  mutable std::atomic<uint32_t> kernel_drops_{
+      0};  // UDP: send runs of equal-size packets with UDP_SEGMENT
 };
 
 }  // namespace espgw::io
