@@ -17,8 +17,10 @@
 
 namespace espgw::pipeline {
 
-// Receives one channel's packets in order, from one thread at a time. The packets return
-// to the pool when deliver() returns.
+// Receives one channel's packets in order, from one thread at a time per channel. A sink
+// shared by several channels (the TUN writer) is called concurrently for different
+// channels and must be thread-safe. The packets return to the pool when deliver()
+// returns.
 class PacketSink {
  public:
   virtual ~PacketSink() = default;
