@@ -21,6 +21,12 @@ void OrderedRelease::stage(uint64_t index, Packet* packet) {
   buffer_.insert(index, packet, now, pending_);
 }
 
+void OrderedRelease::stage(std::span<const Staged> batch) {
+  std::lock_guard guard(lock_);
+  LazyNow now;
+  for (const Staged& s : batch) buffer_.insert(s.index, s.packet, now, pending_);
+}
+
 bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
   bool stalled = false;
   for (;;) {

@@ -36,6 +36,13 @@ class OrderedRelease {
   bool insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool);
   // Inserts without delivering: a worker stages a whole batch, then drains once.
   void stage(uint64_t index, Packet* packet);
+  struct Staged {
+    uint64_t index;
+    Packet* packet;  // nullptr: a tombstone
+  };
+  // Several at once, under one lock acquisition (workers sharing an SA would otherwise
+  // pass its lock back and forth for every packet).
+  void stage(std::span<const Staged> batch);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
   // Delivers everything held, skipping every gap.

@@ -210,43 +210,59 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
 }
 
 void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker) {
-  // Crypto for the whole batch first, staging each result in its channel's release
-  // buffer; then one drain per channel touched. Draining (lock, flag, sink call, pool
-  // returns) is the costly bookkeeping, and a batch usually touches few channels.
-  std::array<std::shared_ptr<OutboundChannel>, kWorkerBatch> outbound;
-  std::array<std::shared_ptr<InboundChannel>, kWorkerBatch> inbound;
-  size_t outbound_count = 0, inbound_count = 0;
+  // Crypto for the whole batch first, collecting each result per channel; then, per
+  // channel touched, one lock acquisition to stage them all and one drain. Staging and
+  // draining are the shared, serial part; doing them once per batch and channel keeps
+  // workers that share an SA from trading its lock for every packet.
+  struct Touched {
+    std::shared_ptr<OutboundChannel> outbound;
+    std::shared_ptr<InboundChannel> inbound;
+    std::array<OrderedRelease::Staged, kWorkerBatch> staged;
+    size_t count = 0;
+  };
+  std::array<Touched, kWorkerBatch> touched;
+  size_t touched_count = 0;
+  auto slot_for = [&](auto& channel, auto member) -> Touched& {
+    for (size_t i = 0; i < touched_count; ++i)
+      if (touched[i].*member == channel) return touched[i];
+    Touched& t = touched[touched_count++];
+    t.*member = std::move(channel);
+    return t;
+  };
   for (size_t i = 0; i < count; ++i) {
     Packet* packet = batch[i];
     if (config_.before_crypto) config_.before_crypto(worker);
     if (packet->direction == Direction::outbound) {
       std::shared_ptr<OutboundChannel> channel = std::move(packet->outbound);
       esp::encap_seal(channel->sa(), packet->buffer, packet->encap);
-      channel->release().stage(packet->order_index, packet);
-      if (std::none_of(outbound.begin(), outbound.begin() + outbound_count,
-                       [&](const auto& c) { return c == channel; }))
-        outbound[outbound_count++] = std::move(channel);
+      Touched& t = slot_for(channel, &Touched::outbound);
+      t.staged[t.count++] = {packet->order_index, packet};
       continue;
     }
     std::shared_ptr<InboundChannel> channel = std::move(packet->inbound);
     const uint64_t sequence = packet->decap.sequence;
     esp::DropReason reason = esp::decap_open(packet->decap, packet->buffer);
     if (reason == esp::DropReason::none) reason = esp::decap_finish(packet->decap, packet->buffer);
+    channel->in_crypto_.fetch_sub(1, std::memory_order_release);
+    Touched& t = slot_for(channel, &Touched::inbound);
     if (reason == esp::DropReason::none) {
-      channel->release().stage(sequence, packet);
+      t.staged[t.count++] = {sequence, packet};
     } else {
       pool_.release(packet);  // the drop is already counted on the SA
-      if (authenticated_drop(reason)) channel->release().stage(sequence, nullptr);
+      if (authenticated_drop(reason)) t.staged[t.count++] = {sequence, nullptr};
     }
-    channel->in_crypto_.fetch_sub(1, std::memory_order_release);
-    if (std::none_of(inbound.begin(), inbound.begin() + inbound_count,
-                     [&](const auto& c) { return c == channel; }))
-      inbound[inbound_count++] = std::move(channel);
   }
-  for (size_t i = 0; i < outbound_count; ++i)
-    outbound[i]->release().drain(outbound[i]->sink(), pool_);
-  for (size_t i = 0; i < inbound_count; ++i)
-    if (inbound[i]->release().drain(inbound[i]->sink(), pool_)) schedule_gap_timer(inbound[i]);
+  for (size_t i = 0; i < touched_count; ++i) {
+    Touched& t = touched[i];
+    const std::span<const OrderedRelease::Staged> staged(t.staged.data(), t.count);
+    if (t.outbound) {
+      t.outbound->release().stage(staged);
+      t.outbound->release().drain(t.outbound->sink(), pool_);
+    } else {
+      t.inbound->release().stage(staged);
+      if (t.inbound->release().drain(t.inbound->sink(), pool_)) schedule_gap_timer(t.inbound);
+    }
+  }
 }
 
 void Pipeline::worker_loop(unsigned index) {
