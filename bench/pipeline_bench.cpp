@@ -484,7 +484,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       const uint32_t sa_index = channel->sa().config().spi - kSpiBase;
       write_marker(data, sa_index, ++rig.next_counter[sa_index]);
       ++fed;
-      if (pipeline.submit_outbound(channel, packet, esp::OuterHeaders::omit) !=
+      if (pipeline.submit_outbound(std::move(channel), packet, esp::OuterHeaders::omit) !=
           esp::DropReason::none)
         ++feeder_drops;
     }

@@ -389,7 +389,7 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
     return;
   }
   // Drops (queue-full, sequence-exhausted, ...) are counted on the SA.
-  pipeline_->submit_outbound(channel, packet, esp::OuterHeaders::omit);
+  pipeline_->submit_outbound(std::move(channel), packet, esp::OuterHeaders::omit);
 }
 
 void Gateway::tun_reader(unsigned queue) {

@@ -59,9 +59,6 @@ class Gateway {
   // limit by up to 100 ms of traffic.
   void enforce_lifetimes();
 
-  unsigned tunnel_mtu() const { return tunnel_mtu_; }
-  const std::string& tun_name() const { return tun_->name(); }
-
  private:
   class WanSink;
   class TunSink;

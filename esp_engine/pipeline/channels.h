@@ -17,7 +17,6 @@ class OutboundChannel {
   OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink, size_t max_in_flight);
 
   esp::OutboundSa& sa() { return *sa_; }
-  const std::shared_ptr<esp::OutboundSa>& sa_ptr() const { return sa_; }
   PacketSink& sink() { return sink_; }
   size_t in_flight() const;
   size_t max_in_flight() const { return max_in_flight_; }

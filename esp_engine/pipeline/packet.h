@@ -28,10 +28,8 @@ struct Packet {
   std::shared_ptr<InboundChannel> inbound;
   esp::PreparedEncap encap;
   esp::PreparedDecap decap;
-  uint64_t order_index = 0;  // position in the channel's ordered release
-  uint64_t arrival_ns = 0;   // when it entered a reorder buffer (hold-time accounting)
-  uint64_t user_tag = 0;     // free for the submitter (tests, I/O bookkeeping)
-  uint32_t pool_index = 0;   // set once by the pool that owns the packet
+  uint64_t arrival_ns = 0;  // when it entered a reorder buffer (hold-time accounting)
+  uint32_t pool_index = 0;  // set once by the pool that owns the packet
 
   void clear_references() {
     outbound.reset();

@@ -130,10 +130,6 @@ bool Pipeline::remove_inbound(uint32_t spi) {
   return true;
 }
 
-std::shared_ptr<InboundChannel> Pipeline::find_inbound(uint32_t spi) const {
-  return inbound_.find(spi);
-}
-
 void Pipeline::enqueue(Packet* packet) {
   // Cannot fail: the queue's capacity is at least the pool's size.
   while (!work_.try_push(packet)) std::this_thread::yield();
@@ -154,10 +150,7 @@ void Pipeline::assist() {
   std::array<Packet*, kWorkerBatch> batch;
   size_t count = 0;
   while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
-  if (count > 0) {
-    process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
-    assisted_packets_.fetch_add(count, std::memory_order_relaxed);
-  }
+  if (count > 0) process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
   assisting_.fetch_sub(1, std::memory_order_seq_cst);
   inside = false;
 }
@@ -168,8 +161,8 @@ void Pipeline::wake_one_worker() {
   futex_wake(wake_, 1);
 }
 
-esp::DropReason Pipeline::submit_outbound(const std::shared_ptr<OutboundChannel>& channel,
-                                          Packet* packet, esp::OuterHeaders outer) {
+esp::DropReason Pipeline::submit_outbound(std::shared_ptr<OutboundChannel> channel, Packet* packet,
+                                          esp::OuterHeaders outer) {
   OutboundChannel& c = *channel;
   const esp::DropReason reason =
       esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, c.sequence_limit());
@@ -177,10 +170,9 @@ esp::DropReason Pipeline::submit_outbound(const std::shared_ptr<OutboundChannel>
     pool_.release(packet);  // counted on the SA by encap_prepare
     return reason;
   }
-  packet->order_index = packet->encap.sequence;
   packet->direction = Direction::outbound;
   packet->outer = outer;
-  packet->outbound = channel;
+  packet->outbound = std::move(channel);
   enqueue(packet);
   return esp::DropReason::none;
 }
@@ -236,7 +228,8 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       std::shared_ptr<OutboundChannel> channel = std::move(packet->outbound);
       esp::encap_seal(channel->sa(), packet->buffer, packet->encap);
       Touched& t = slot_for(channel, &Touched::outbound);
-      t.staged[t.count++] = {packet->order_index, packet};
+      // Outbound packets are released by their sequence number, dense per SA.
+      t.staged[t.count++] = {packet->encap.sequence, packet};
       continue;
     }
     std::shared_ptr<InboundChannel> channel = std::move(packet->inbound);

@@ -82,11 +82,12 @@ class Pipeline {
   std::shared_ptr<InboundChannel> add_inbound(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink);
   // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
   bool remove_inbound(uint32_t spi);
-  std::shared_ptr<InboundChannel> find_inbound(uint32_t spi) const;
 
   // Takes ownership of `packet` (an inner IPv4/IPv6 packet) in every case. On a drop the
   // reason has been counted on the SA and the packet is back in the pool.
-  esp::DropReason submit_outbound(const std::shared_ptr<OutboundChannel>& channel, Packet* packet,
+  // `channel` is taken by value so a caller done with its reference can move it in: the
+  // packet carries it to the worker without another reference-count update.
+  esp::DropReason submit_outbound(std::shared_ptr<OutboundChannel> channel, Packet* packet,
                                   esp::OuterHeaders outer = esp::OuterHeaders::include);
   // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
   esp::DropReason submit_inbound(Packet* packet);
@@ -100,8 +101,6 @@ class Pipeline {
   esp::EngineCounters& engine_counters() { return engine_counters_; }
   // Times an empty pool made stalled reorder buffers give up their gaps early.
   uint64_t pressure_flushes() const { return pressure_flushes_.load(std::memory_order_relaxed); }
-  // Packets processed by submitting threads instead of workers.
-  uint64_t assisted_packets() const { return assisted_packets_.load(std::memory_order_relaxed); }
   std::vector<WorkerLoad> worker_load() const;
 
  private:
@@ -136,7 +135,6 @@ class Pipeline {
   std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> pressure_flushes_{0};
   std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
-  std::atomic<uint64_t> assisted_packets_{0};
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;
   std::vector<std::thread> workers_;

@@ -28,7 +28,6 @@ class SaGroup {
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
-  std::vector<uint64_t> member_keys() const;
 
  private:
   struct Member {
