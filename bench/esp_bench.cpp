@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collecting_reporter.h"
 #include "crypto/aead.h"
 #include "esp/counters.h"
 #include "esp/decap.h"
@@ -437,107 +438,31 @@ void register_algorithm(const char* name) {
   }
 }
 
-double to_ns(double value, benchmark::TimeUnit unit) {
-  switch (unit) {
-    case benchmark::kNanosecond:
-      return value;
-    case benchmark::kMicrosecond:
-      return value * 1e3;
-    case benchmark::kMillisecond:
-      return value * 1e6;
-    case benchmark::kSecond:
-      return value * 1e9;
+// The ratio table: for each (algorithm, size, direction), espgw's and raw ipsec-mb's
+// real time per packet from the same run.
+void print_ratios(const espgw::bench::CollectingReporter& reporter, std::ostream& out) {
+  const int64_t repetitions = reporter.repetitions();
+  out << "# espgw vs raw ipsec-mb, real time per packet ("
+      << (repetitions > 0 ? "median of " + std::to_string(repetitions) + " repetitions"
+                          : std::string("single run"))
+      << "); ratio = raw_ns / espgw_ns = espgw throughput / raw throughput\n";
+  out << std::left << std::setw(18) << "algorithm" << std::right << std::setw(6) << "size"
+      << "  " << std::left << std::setw(10) << "direction" << std::right << std::setw(10)
+      << "espgw_ns" << std::setw(10) << "raw_ns" << std::setw(18) << "ratio(raw/espgw)"
+      << std::setw(13) << "overhead_ns"
+      << "\n";
+  for (const Case& c : g_cases) {
+    const std::optional<double> espgw = reporter.value(c.espgw_name, "real_ns");
+    const std::optional<double> raw = reporter.value(c.raw_name, "real_ns");
+    if (!espgw || !raw) continue;
+    out << std::left << std::setw(18) << c.algorithm << std::right << std::setw(6) << c.size << "  "
+        << std::left << std::setw(10) << c.direction << std::right << std::fixed
+        << std::setprecision(1) << std::setw(10) << *espgw << std::setw(10) << *raw
+        << std::setprecision(3) << std::setw(18) << *raw / *espgw << std::setprecision(1)
+        << std::setw(13) << *espgw - *raw << "\n";
+    out.unsetf(std::ios::fixed);
   }
-  return value;
 }
-
-// Passes everything to the display reporter (the console one by default) and keeps the
-// real time per iteration of each run: the "median" aggregate when repetitions produce
-// one, the individual runs otherwise.
-class RatioReporter : public benchmark::BenchmarkReporter {
- public:
-  explicit RatioReporter(benchmark::BenchmarkReporter* display) : display_(display) {}
-
-  bool ReportContext(const Context& context) override { return display_->ReportContext(context); }
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    // ns_per_packet is an inverted rate; the console would print it with an "s" unit
-    // ("71.3s"). Its value is final by now, so show it as a plain number.
-    std::vector<Run> shown = runs;
-    for (Run& run : shown) {
-      const auto it = run.counters.find("ns_per_packet");
-      if (it != run.counters.end()) it->second.flags = benchmark::Counter::kDefaults;
-    }
-    display_->ReportRuns(shown);
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      Samples& samples = samples_[run.run_name.function_name];
-      const double ns = to_ns(run.GetAdjustedRealTime(), run.time_unit);
-      if (run.run_type == Run::RT_Aggregate) {
-        if (run.aggregate_name == "median" && run.aggregate_unit == benchmark::kTime) {
-          samples.median = ns;
-          samples.repetitions = run.repetitions;
-        }
-      } else {
-        samples.runs.push_back(ns);
-      }
-    }
-  }
-
-  void Finalize() override { display_->Finalize(); }
-
-  void print_ratios(std::ostream& out) const {
-    bool any_median = false;
-    int64_t repetitions = 0;
-    for (const auto& [name, samples] : samples_) {
-      if (samples.median) {
-        any_median = true;
-        repetitions = std::max(repetitions, samples.repetitions);
-      }
-    }
-    out << "# espgw vs raw ipsec-mb, real time per packet ("
-        << (any_median ? "median of " + std::to_string(repetitions) + " repetitions"
-                       : std::string("single run"))
-        << "); ratio = raw_ns / espgw_ns = espgw throughput / raw throughput\n";
-    out << std::left << std::setw(18) << "algorithm" << std::right << std::setw(6) << "size"
-        << "  " << std::left << std::setw(10) << "direction" << std::right << std::setw(10)
-        << "espgw_ns" << std::setw(10) << "raw_ns" << std::setw(18) << "ratio(raw/espgw)"
-        << std::setw(13) << "overhead_ns"
-        << "\n";
-    for (const Case& c : g_cases) {
-      const std::optional<double> espgw = value(c.espgw_name);
-      const std::optional<double> raw = value(c.raw_name);
-      if (!espgw || !raw) continue;
-      out << std::left << std::setw(18) << c.algorithm << std::right << std::setw(6) << c.size
-          << "  " << std::left << std::setw(10) << c.direction << std::right << std::fixed
-          << std::setprecision(1) << std::setw(10) << *espgw << std::setw(10) << *raw
-          << std::setprecision(3) << std::setw(18) << *raw / *espgw << std::setprecision(1)
-          << std::setw(13) << *espgw - *raw << "\n";
-      out.unsetf(std::ios::fixed);
-    }
-  }
-
- private:
-  struct Samples {
-    std::optional<double> median;
-    int64_t repetitions = 0;
-    std::vector<double> runs;
-  };
-
-  std::optional<double> value(const std::string& name) const {
-    const auto it = samples_.find(name);
-    if (it == samples_.end()) return std::nullopt;
-    if (it->second.median) return it->second.median;
-    std::vector<double> runs = it->second.runs;
-    if (runs.empty()) return std::nullopt;
-    std::sort(runs.begin(), runs.end());
-    const size_t n = runs.size();
-    return n % 2 == 1 ? runs[n / 2] : (runs[n / 2 - 1] + runs[n / 2]) / 2;
-  }
-
-  benchmark::BenchmarkReporter* display_;
-  std::map<std::string, Samples> samples_;
-};
 
 // Takes our own --esp_* flags out of argv; returns false on a malformed one.
 bool parse_own_flags(int& argc, char** argv, std::string& ratios_out) {
@@ -579,14 +504,14 @@ int main(int argc, char** argv) {
   register_algorithm<AeadAlgorithm::aes_gcm_256>("AES-256-GCM");
   register_algorithm<AeadAlgorithm::chacha20_poly1305>("ChaCha20-Poly1305");
 
-  RatioReporter reporter(benchmark::CreateDefaultDisplayReporter());
+  espgw::bench::CollectingReporter reporter(benchmark::CreateDefaultDisplayReporter());
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
   std::cout << "\n";
-  reporter.print_ratios(std::cout);
+  print_ratios(reporter, std::cout);
   if (!ratios_out.empty()) {
     std::ofstream file(ratios_out);
-    reporter.print_ratios(file);
+    print_ratios(reporter, file);
     if (!file) {
       std::cerr << "cannot write " << ratios_out << "\n";
       return 1;
