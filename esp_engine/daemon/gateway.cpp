@@ -33,10 +33,6 @@ std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
   return std::string(spi_text) + "/" + destination.to_string();
 }
 
-bool same_sa(const xfrm::SadEntry& a, const xfrm::SadEntry& b) {
-  return a == b;
-}
-
 uint64_t random_seed() {
   uint64_t seed = 0;
   if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = 0x9e3779b97f4a7c15ull;
@@ -244,7 +240,7 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
     const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
     if (entry.direction == xfrm::Direction::out) {
       auto existing = outbound_.find(key);
-      if (existing != outbound_.end() && same_sa(existing->second->entry, entry)) {
+      if (existing != outbound_.end() && existing->second->entry == entry) {
         outbound[key] = std::move(existing->second);
         outbound_.erase(existing);
       } else {
@@ -270,7 +266,7 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
       esp::SaConfig sa_config = entry.config;
       sa_config.selectors = inbound_selectors(config, entry.reqid);
       auto existing = inbound_.find(key);
-      if (existing != inbound_.end() && same_sa(existing->second->entry, entry)) {
+      if (existing != inbound_.end() && existing->second->entry == entry) {
         inbound[key] = std::move(existing->second);
         inbound_.erase(existing);
         continue;

@@ -154,7 +154,6 @@ TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
           return total == accepted.load();
         },
         std::chrono::seconds(30)));
-    EXPECT_GE(pipeline.worker_load().size(), 4u);
   }
   // The pipeline is gone: every packet must have come back to the pool, and each SA's
   // sequence numbers are 1, 2, 3, ... with no gap and no repeat.
