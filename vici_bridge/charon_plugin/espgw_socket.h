@@ -1,0 +1,13 @@
+/*
+ * charon's socket_t: espgw owns UDP 500 and 4500 (port 4500 also carries ESP), so IKE
+ * packets reach charon as events on the control connection and leave through an
+ * "ike-send" command. It replaces socket-default.
+ */
+#ifndef ESPGW_SOCKET_H_
+#define ESPGW_SOCKET_H_
+
+#include <network/socket.h>
+
+socket_t *espgw_socket_create(void);
+
+#endif
