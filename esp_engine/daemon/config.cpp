@@ -2,6 +2,9 @@
 
 #include "crypto/aead.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -94,6 +97,9 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       }
     } else if (key == "udp-port") {
       if (!parse_number<uint16_t>(value, config.udp_port, 1, 65535)) bad("a port number");
+    } else if (key == "wan-readers") {
+      if (!parse_number(value, config.wan_readers, 0u, 64u))
+        bad("a number from 0 (one per CPU, at most 4) to 64");
     } else if (key == "static-sa-file") {
       const std::string file(value);
       config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;
@@ -145,6 +151,14 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     result.errors.push_back(path + ": 'static-sa-file' is required");
   if (result.errors.empty()) result.config = std::move(config);
   return result;
+}
+
+unsigned wan_reader_count(const GatewayConfig& config) {
+  if (config.wan_readers != 0) return config.wan_readers;
+  // A reader per core up to 4: beyond that the readers only take cores from the crypto
+  // workers, which do the per-packet work a reader hands them.
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<unsigned>(std::clamp<long>(cpus, 1, 4));
 }
 
 ConfigResult parse_gateway_config(const std::string& path) {

@@ -23,6 +23,9 @@ struct GatewayConfig {
   std::optional<esp::IpPrefix> tun_address;  // optional address on the TUN device
   esp::IpAddress local_address;              // WAN address espgw sends from (required)
   uint16_t udp_port = 4500;
+  // UDP sockets sharing local-address:udp-port through SO_REUSEPORT, one reader thread
+  // each; the kernel spreads peers (4-tuples) over them. 0: one per online CPU, at most 4.
+  unsigned wan_readers = 0;
   std::string static_sa_file;               // resolved against the config file's directory
   unsigned workers = 0;                     // 0: one per online CPU
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
@@ -44,5 +47,8 @@ struct ConfigResult {
 
 ConfigResult parse_gateway_config(const std::string& path);
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path);
+
+// How many WAN readers `wan-readers` asks for, with 0 resolved against this machine.
+unsigned wan_reader_count(const GatewayConfig& config);
 
 }  // namespace espgw::daemon

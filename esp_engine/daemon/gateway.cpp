@@ -218,15 +218,29 @@ unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
 }
 
 io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
+  io::WanSocketOptions options;
+  options.buffer_bytes = config_.socket_buffer_bytes;
   if (sa.udp_encapsulation) {
-    if (!udp_socket_)
-      udp_socket_ = std::make_unique<io::WanSocket>(io::WanKind::udp, config_.local_address,
-                                                    config_.udp_port, config_.socket_buffer_bytes);
-    return *udp_socket_;
+    if (udp_sockets_.empty()) {
+      // With a single reader the port stays exclusive: nothing else can join it by
+      // accident. Readers start only once every socket is bound.
+      const unsigned readers = wan_reader_count(config_);
+      options.reuse_port = readers > 1;
+      for (unsigned i = 0; i < readers; ++i)
+        udp_sockets_.push_back(std::make_unique<io::WanSocket>(
+            io::WanKind::udp, config_.local_address, config_.udp_port, options));
+      // The first UDP SA may come after start(): with a reload, or from charon.
+      if (running_.load())
+        for (const auto& socket : udp_sockets_)
+          threads_.emplace_back([this, s = socket.get()] { wan_reader(s); });
+    }
+    return *udp_sockets_.front();
   }
-  if (!raw_socket_)
-    raw_socket_ = std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0,
-                                                  config_.socket_buffer_bytes);
+  if (!raw_socket_) {
+    raw_socket_ =
+        std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0, options);
+    if (running_.load()) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
+  }
   return *raw_socket_;
 }
 
@@ -346,7 +360,9 @@ void Gateway::start() {
     else
       threads_.emplace_back([this, q] { tun_reader(q); });
   }
-  if (udp_socket_) threads_.emplace_back([this] { wan_reader(udp_socket_.get()); });
+  // One reader per UDP socket: SO_REUSEPORT has already spread the peers over them.
+  for (const auto& socket : udp_sockets_)
+    threads_.emplace_back([this, s = socket.get()] { wan_reader(s); });
   if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
 }
 
@@ -560,12 +576,21 @@ void Gateway::log_counters() const {
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
       g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
       g(counters_.tun_bad_offload));
-  if (udp_socket_)
-    log(LogLevel::info, "wan udp socket: %u datagrams dropped by the kernel (receive buffer full)",
-        udp_socket_->kernel_drops());
-  if (raw_socket_)
-    log(LogLevel::info, "wan raw socket: %u datagrams dropped by the kernel (receive buffer full)",
-        raw_socket_->kernel_drops());
+  for (size_t i = 0; i < udp_sockets_.size(); ++i) {
+    const auto wan = udp_sockets_[i]->stats();
+    log(LogLevel::info,
+        "wan udp socket %zu: kernel-drops=%u (receive buffer full) gro=%s gro-batches=%llu "
+        "gro-datagrams=%llu oversize=%llu",
+        i, wan.kernel_drops, udp_sockets_[i]->gro() ? "on" : "off",
+        static_cast<unsigned long long>(wan.gro_batches),
+        static_cast<unsigned long long>(wan.gro_datagrams),
+        static_cast<unsigned long long>(wan.oversize));
+  }
+  if (raw_socket_) {
+    const auto wan = raw_socket_->stats();
+    log(LogLevel::info, "wan raw socket: kernel-drops=%u (receive buffer full) oversize=%llu",
+        wan.kernel_drops, static_cast<unsigned long long>(wan.oversize));
+  }
   const auto load = pipeline_->worker_load();
   for (size_t i = 0; i < load.size(); ++i)
     log(LogLevel::info, "worker %zu packets=%llu", i,

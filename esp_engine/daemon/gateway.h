@@ -81,7 +81,11 @@ class Gateway {
 
   GatewayConfig config_;
   std::unique_ptr<io::TunDevice> tun_;
-  std::unique_ptr<io::WanSocket> udp_socket_;
+  // `wan-readers` sockets on local-address:udp-port (SO_REUSEPORT), a reader thread each;
+  // the first also sends. Empty until an SA needs UDP encapsulation.
+  std::vector<std::unique_ptr<io::WanSocket>> udp_sockets_;
+  // One raw ESP socket is enough: every raw socket of the protocol gets a copy of every
+  // packet, so a second would only double the work.
   std::unique_ptr<io::WanSocket> raw_socket_;
   xfrm::RtNetlink netlink_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;

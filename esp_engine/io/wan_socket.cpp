@@ -6,9 +6,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <system_error>
 
 #include "esp/esp_format.h"
@@ -18,6 +20,8 @@ namespace espgw::io {
 namespace {
 
 constexpr size_t kMaxBatch = 64;
+// The kernel coalesces at most this many datagrams into one (UDP_GRO_CNT_MAX).
+constexpr size_t kMaxGroSegments = 64;
 
 [[noreturn]] void fail(const char* what, const esp::IpAddress& local, uint16_t port) {
   throw std::system_error(errno, std::generic_category(),
@@ -52,70 +56,127 @@ socklen_t WanSocket::make_peer(const esp::IpAddress& address, uint16_t port,
   return sizeof(sockaddr_in6);
 }
 
-WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port, size_t buffer_bytes,
-                     bool reuse_port)
+WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port,
+                     const WanSocketOptions& options)
     : kind_(kind), family_(local.family == 6 ? AF_INET6 : AF_INET) {
   fd_ = kind == WanKind::udp ? socket(family_, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP)
                              : socket(family_, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ESP);
   if (fd_ < 0) fail("socket", local, port);
-  const int one = 1;
-  if (reuse_port) setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (family_ == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-  size_buffers(fd_, buffer_bytes);
-  // The kernel then reports, with each datagram, how many it dropped on this socket's
-  // full receive buffer: drops that would otherwise only show in /proc/net/snmp.
-  setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
-  sockaddr_storage address;
-  const socklen_t length = make_peer(local, kind == WanKind::udp ? port : 0, address);
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+  auto close_and_fail = [&](const char* what) {
     const int error = errno;
     ::close(fd_);
     errno = error;
-    fail("bind", local, port);
-  }
+    fail(what, local, port);
+  };
+  const int one = 1;
+  // Before bind: the kernel only lets a socket join a port's group if every member,
+  // including the first to bind, asked for it.
+  if (options.reuse_port && setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+    close_and_fail("SO_REUSEPORT on");
+  if (family_ == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  size_buffers(fd_, options.buffer_bytes);
+  // The kernel then reports, with each datagram, how many it dropped on this socket's
+  // full receive buffer: drops that would otherwise only show in /proc/net/snmp.
+  setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+  // Without UDP_GRO the kernel cuts every coalesced or unsegmented GSO buffer back into
+  // single datagrams before queueing them; with it, one receive carries up to 64 of them.
+  // A kernel without it (before 5.0) just gets the plain path.
+  if (kind == WanKind::udp && options.gro)
+    gro_ = setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  sockaddr_storage address;
+  const socklen_t length = make_peer(local, kind == WanKind::udp ? port : 0, address);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) close_and_fail("bind");
 }
 
 WanSocket::~WanSocket() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
+WanReceiveStats WanSocket::stats() const {
+  WanReceiveStats s;
+  s.kernel_drops = kernel_drops_.load(std::memory_order_relaxed);
+  s.gro_batches = gro_batches_.load(std::memory_order_relaxed);
+  s.gro_datagrams = gro_datagrams_.load(std::memory_order_relaxed);
+  s.oversize = oversize_.load(std::memory_order_relaxed);
+  return s;
+}
+
+int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   const size_t count = std::min(datagrams.size(), kMaxBatch);
+  if (count == 0) return 0;
+  // A coalesced receive that had more datagrams than buffers: hand out the rest before
+  // reading more, both to keep arrival order and because they occupy the scratch space.
+  if (pending_next_ < pending_.size())
+    return static_cast<int>(drain_pending(datagrams.first(count)));
   pollfd waiter{fd_, POLLIN, 0};
   const int ready = poll(&waiter, 1, timeout_ms);
   if (ready <= 0) return ready;
+  if (gro_ && scratch_messages_ < count) {
+    // Virtual memory only until a coalesced receive writes into it.
+    scratch_ = std::make_unique_for_overwrite<uint8_t[]>(count * kScratchPerMessage);
+    scratch_messages_ = count;
+    peers_.resize(count);
+    peer_lengths_.resize(count);
+    pending_.reserve(count * kMaxGroSegments);
+  }
   std::array<mmsghdr, kMaxBatch> messages{};
-  std::array<iovec, kMaxBatch> vectors{};
+  // Only the entries of `count` messages are filled and read: not zeroing the rest saves
+  // a few KB of stores per batch.
+  std::array<iovec, kMaxBatch * 2> vectors;
   struct alignas(cmsghdr) Control {
-    uint8_t bytes[CMSG_SPACE(sizeof(uint32_t))];
+    uint8_t bytes[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int))];  // RXQ_OVFL, GRO
   };
-  std::array<Control, kMaxBatch> controls{};
+  std::array<Control, kMaxBatch> controls;
   for (size_t i = 0; i < count; ++i) {
-    messages[i].msg_hdr.msg_control = controls[i].bytes;
-    messages[i].msg_hdr.msg_controllen = sizeof(controls[i].bytes);
+    msghdr& header = messages[i].msg_hdr;
+    header.msg_control = controls[i].bytes;
+    header.msg_controllen = sizeof(controls[i].bytes);
     esp::PacketBuffer& buffer = *datagrams[i].buffer;
     buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
-    vectors[i] = {buffer.data(), buffer.tailroom()};
-    messages[i].msg_hdr.msg_iov = &vectors[i];
-    messages[i].msg_hdr.msg_iovlen = 1;
-    messages[i].msg_hdr.msg_name = &datagrams[i].peer;
-    messages[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+    // Each datagram lands in its packet buffer, as without GRO: nothing is copied unless
+    // the kernel coalesced. What does not fit spills into the message's scratch region.
+    header.msg_iov = &vectors[2 * i];
+    if (gro_) {
+      vectors[2 * i] = {buffer.data(), std::min(buffer.tailroom(), kScratchGap)};
+      vectors[2 * i + 1] = {scratch_for(i) + kScratchGap, kScratchSpill};
+      header.msg_iovlen = 2;
+    } else {
+      vectors[2 * i] = {buffer.data(), buffer.tailroom()};
+      header.msg_iovlen = 1;
+    }
+    header.msg_name = &datagrams[i].peer;
+    header.msg_namelen = sizeof(sockaddr_storage);
   }
   const int received =
       recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
   if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
-  for (int i = 0; i < received; ++i) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&messages[i].msg_hdr); c != nullptr;
-         c = CMSG_NXTHDR(&messages[i].msg_hdr, c)) {
+
+  // Messages up to the first coalesced (or spilled) one are final where they are.
+  std::array<size_t, kMaxBatch> segment_size;  // 0: the kernel did not coalesce
+  size_t in_place = static_cast<size_t>(received);
+  for (size_t i = 0; i < static_cast<size_t>(received); ++i) {
+    msghdr& header = messages[i].msg_hdr;
+    segment_size[i] = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
         uint32_t dropped;
         std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
         kernel_drops_.store(dropped, std::memory_order_relaxed);
+      } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size;
+        std::memcpy(&size, CMSG_DATA(c), sizeof size);
+        segment_size[i] = size > 0 ? static_cast<size_t>(size) : 0;
       }
     }
+    const size_t length = messages[i].msg_len;
+    const bool coalesced = segment_size[i] != 0 && segment_size[i] < length;
+    if (in_place == static_cast<size_t>(received) && (coalesced || length > vectors[2 * i].iov_len))
+      in_place = i;
+  }
+  for (size_t i = 0; i < in_place; ++i) {
     Datagram& d = datagrams[i];
     d.peer_length = messages[i].msg_hdr.msg_namelen;
-    size_t length = messages[i].msg_len;
+    const size_t length = messages[i].msg_len;
     d.buffer->push_back(length);
     if (kind_ == WanKind::raw_esp && family_ == AF_INET) {
       // Raw IPv4 sockets deliver the IP header too; IPv6 ones do not.
@@ -124,7 +185,54 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) const {
       d.buffer->pull_front(std::min(header, length));
     }
   }
-  return received;
+  if (in_place == static_cast<size_t>(received)) return received;
+
+  // From the first coalesced message on, every datagram is copied into a buffer of its
+  // own. First make each message contiguous in its scratch region (the part in the packet
+  // buffer moves into the gap before the spill), since the buffers are about to be reused
+  // for the split datagrams; the peer addresses move out of them for the same reason.
+  pending_.clear();
+  pending_next_ = 0;
+  for (size_t r = in_place; r < static_cast<size_t>(received); ++r) {
+    const size_t length = messages[r].msg_len;
+    const size_t in_buffer = std::min(length, vectors[2 * r].iov_len);
+    uint8_t* start = scratch_for(r) + kScratchGap - in_buffer;
+    std::memcpy(start, vectors[2 * r].iov_base, in_buffer);
+    peers_[r] = datagrams[r].peer;
+    peer_lengths_[r] = messages[r].msg_hdr.msg_namelen;
+    const size_t step = segment_size[r];
+    if (step == 0 || step >= length) {
+      pending_.push_back({start, static_cast<uint32_t>(length), static_cast<uint32_t>(r)});
+      continue;
+    }
+    // Equal-size datagrams, the last one possibly shorter (UDP GRO never coalesces
+    // anything else).
+    size_t split = 0;
+    for (size_t offset = 0; offset < length; offset += step, ++split)
+      pending_.push_back({start + offset, static_cast<uint32_t>(std::min(step, length - offset)),
+                          static_cast<uint32_t>(r)});
+    gro_batches_.fetch_add(1, std::memory_order_relaxed);
+    gro_datagrams_.fetch_add(split, std::memory_order_relaxed);
+  }
+  return static_cast<int>(in_place + drain_pending(datagrams.subspan(in_place, count - in_place)));
+}
+
+size_t WanSocket::drain_pending(std::span<Datagram> datagrams) {
+  size_t filled = 0;
+  while (filled < datagrams.size() && pending_next_ < pending_.size()) {
+    const Segment& segment = pending_[pending_next_++];
+    Datagram& d = datagrams[filled];
+    if (!d.buffer->assign({segment.data, segment.length}, esp::PacketBuffer::kDefaultHeadroom)) {
+      // Larger than any packet this gateway can carry: it would not decrypt into one
+      // either. Counted, and the buffer serves the next datagram.
+      oversize_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    d.peer = peers_[segment.message];
+    d.peer_length = peer_lengths_[segment.message];
+    ++filled;
+  }
+  return filled;
 }
 
 int WanSocket::send(std::span<const Outgoing> packets) const {

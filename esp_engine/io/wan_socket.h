@@ -1,6 +1,9 @@
 // The WAN side: ESP in UDP (RFC 3948, port 4500) or raw ESP (IP protocol 50), IPv4 or
 // IPv6, with batched receive and send (recvmmsg/sendmmsg: one system call per batch), and
-// for UDP, segmentation offload: a run of equal-size packets to one peer is one send.
+// for UDP, segmentation offload both ways: a run of equal-size packets to one peer is one
+// send (UDP_SEGMENT), and a run the kernel coalesced on receive (UDP_GRO) is one receive,
+// split here into one packet per datagram. Several UDP sockets can share one address and
+// port (SO_REUSEPORT), one reader thread each.
 // The kernel builds and strips the outer IP (and UDP) header; espgw hands it ESP starting
 // at the SPI (UDP) or, for raw IPv4 receive, strips the IP header the kernel passes up.
 #pragma once
@@ -11,7 +14,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
@@ -34,13 +39,31 @@ struct Outgoing {
   socklen_t peer_length = 0;
 };
 
+struct WanSocketOptions {
+  // Socket buffers, per direction (with the *FORCE variants as root), because the default
+  // ~200 KB drops bursts at 10 Gbit/s.
+  size_t buffer_bytes = 4 << 20;
+  // SO_REUSEPORT, set before bind: several sockets of this process share the address and
+  // port, and the kernel spreads incoming flows over them by a hash of the 4-tuple.
+  bool reuse_port = false;
+  // UDP only: UDP_GRO, so a run of datagrams the kernel coalesced (or a GSO send that
+  // reached us unsegmented, as over veth or loopback) arrives in one receive.
+  bool gro = true;
+};
+
+// What receive() saw, for the counter log. Written by the receiving thread only.
+struct WanReceiveStats {
+  uint32_t kernel_drops = 0;   // SO_RXQ_OVFL: dropped on a full receive buffer, so far
+  uint64_t gro_batches = 0;    // receives that held more than one datagram
+  uint64_t gro_datagrams = 0;  // the datagrams split out of those
+  uint64_t oversize = 0;       // datagrams larger than the caller's packet buffer: dropped
+};
+
 class WanSocket {
  public:
-  // Binds to `local` (UDP: `port`). Socket buffers are sized to `buffer_bytes` (with the
-  // *FORCE variants as root), because the default ~200 KB drops bursts at 10 Gbit/s.
-  // Throws std::system_error naming the socket on failure.
-  WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port, size_t buffer_bytes,
-            bool reuse_port = false);
+  // Binds to `local` (UDP: `port`). Throws std::system_error naming the socket on failure.
+  WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port,
+            const WanSocketOptions& options = {});
   ~WanSocket();
   WanSocket(const WanSocket&) = delete;
   WanSocket& operator=(const WanSocket&) = delete;
@@ -48,32 +71,69 @@ class WanSocket {
   int fd() const { return fd_; }
   WanKind kind() const { return kind_; }
   int family() const { return family_; }
+  // Whether the kernel accepted UDP_GRO on this socket.
+  bool gro() const { return gro_; }
 
   // Receives up to datagrams.size() packets (blocking until at least one arrives, or the
   // timeout in ms passes: returns 0). Each buffer's view is set to the payload: the UDP
-  // payload, or for raw ESP the ESP packet (IPv4 header removed). -1 with errno on error.
-  int receive(std::span<Datagram> datagrams, int timeout_ms) const;
+  // payload, or for raw ESP the ESP packet (IPv4 header removed); one datagram per buffer,
+  // in arrival order, also when the kernel coalesced several. Datagrams of a coalesced
+  // receive that did not fit are kept and returned first by the next call. Buffers past
+  // the returned count are unused (their contents undefined). -1 with errno on error.
+  // Not thread-safe: one thread receives on a socket (SO_REUSEPORT gives each its own).
+  int receive(std::span<Datagram> datagrams, int timeout_ms);
   // Sends the batch; returns how many were sent. A packet the kernel refuses is skipped.
+  // Thread-safe.
   int send(std::span<const Outgoing> packets) const;
 
-  // Datagrams the kernel dropped because this socket's receive buffer was full, as last
-  // reported with a received datagram (SO_RXQ_OVFL).
-  uint32_t kernel_drops() const { return kernel_drops_.load(std::memory_order_relaxed); }
+  // Safe to call from any thread while another receives.
+  WanReceiveStats stats() const;
 
   // The socket address of `address`:`port` for this socket's family.
   static socklen_t make_peer(const esp::IpAddress& address, uint16_t port, sockaddr_storage& out);
 
  private:
+  // A datagram split out of a coalesced receive, waiting in scratch_ for a buffer.
+  struct Segment {
+    const uint8_t* data;
+    uint32_t length;
+    uint32_t message;  // index into peers_
+  };
+
   int send_each(std::span<const Outgoing> packets) const;
   // -1 if the kernel refuses UDP segmentation offload.
   int send_segmented(std::span<const Outgoing> packets) const;
+  // Copies waiting segments into datagrams[0..]; returns how many buffers it filled.
+  size_t drain_pending(std::span<Datagram> datagrams);
+  uint8_t* scratch_for(size_t message) { return scratch_.get() + message * kScratchPerMessage; }
+
+  // A received message spills past the caller's buffer into its scratch region; the part
+  // that landed in the buffer can be moved in front of the spill (the gap), so that a
+  // coalesced run lies contiguous in scratch. The spill holds the largest UDP payload.
+  static constexpr size_t kScratchGap = 16 * 1024;
+  static constexpr size_t kScratchSpill = 64 * 1024;
+  static constexpr size_t kScratchPerMessage = kScratchGap + kScratchSpill;
 
   WanKind kind_;
   int family_;
   int fd_ = -1;
+  bool gro_ = false;
+  // UDP: send runs of equal-size packets with UDP_SEGMENT, until the kernel refuses.
   mutable std::atomic<bool> gso_{true};
-  mutable std::atomic<uint32_t> kernel_drops_{
-      0};  // UDP: send runs of equal-size packets with UDP_SEGMENT
+
+  // Receive state, owned by the one receiving thread.
+  std::unique_ptr<uint8_t[]> scratch_;  // kScratchPerMessage per message, allocated on first use
+  size_t scratch_messages_ = 0;
+  std::vector<sockaddr_storage> peers_;  // of the messages segments come from
+  std::vector<socklen_t> peer_lengths_;
+  std::vector<Segment> pending_;
+  size_t pending_next_ = 0;
+
+  // Counters, read by other threads.
+  std::atomic<uint32_t> kernel_drops_{0};
+  std::atomic<uint64_t> gro_batches_{0};
+  std::atomic<uint64_t> gro_datagrams_{0};
+  std::atomic<uint64_t> oversize_{0};
 };
 
 }  // namespace espgw::io
