@@ -25,6 +25,6 @@ InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& s
     : sa_(std::move(sa)),
       sink_(sink),
       // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
-      release_(reorder_capacity, hold_ns, /*first_index=*/1) {}
+      release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_) {}
 
 }  // namespace espgw::pipeline

@@ -4,8 +4,9 @@
 
 namespace espgw::pipeline {
 
-OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index)
-    : buffer_(capacity, hold_ns, first_index) {
+OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
+                               const std::atomic<uint64_t>* in_crypto)
+    : in_crypto_(in_crypto), buffer_(capacity, hold_ns, first_index) {
   pending_.reserve(buffer_.capacity());
   delivering_.reserve(buffer_.capacity());
 }
@@ -39,7 +40,7 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
       {
         std::lock_guard guard(lock_);
         LazyNow now;
-        stalled = buffer_.release(now, pending_);
+        stalled = buffer_.release(now, pending_, workers_busy());
         delivering_.swap(pending_);
       }
       if (delivering_.empty()) break;
@@ -55,7 +56,7 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
     {
       std::lock_guard guard(lock_);
       LazyNow now;
-      more = !pending_.empty() || buffer_.ready(now);
+      more = !pending_.empty() || buffer_.ready(now, workers_busy());
     }
     if (!more) return stalled;
   }

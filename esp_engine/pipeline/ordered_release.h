@@ -29,7 +29,10 @@ class PacketSink {
 
 class OrderedRelease {
  public:
-  OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index);
+  // `in_crypto`, if given, counts this channel's packets still in the workers: while it
+  // is non-zero a gap may be one of them, and is held longer (ReorderBuffer's busy hold).
+  OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
+                 const std::atomic<uint64_t>* in_crypto = nullptr);
 
   // Inserts `packet` (nullptr: a tombstone) at `index`, then delivers what is ready.
   // Returns true if packets stay held behind a gap, so the caller must come back later.
@@ -54,6 +57,11 @@ class OrderedRelease {
   uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
 
  private:
+  bool workers_busy() const {
+    return in_crypto_ && in_crypto_->load(std::memory_order_acquire) != 0;
+  }
+
+  const std::atomic<uint64_t>* in_crypto_;
   mutable SpinLock lock_;
   ReorderBuffer buffer_;          // under lock_
   std::vector<Packet*> pending_;  // under lock_: released in order, not yet delivered

@@ -211,6 +211,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     std::shared_ptr<InboundChannel> inbound;
     std::array<OrderedRelease::Staged, kWorkerBatch> staged;
     size_t count = 0;
+    size_t finished = 0;  // inbound packets through crypto, staged or dropped
   };
   std::array<Touched, kWorkerBatch> touched;
   size_t touched_count = 0;
@@ -236,8 +237,8 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     const uint64_t sequence = packet->decap.sequence;
     esp::DropReason reason = esp::decap_open(packet->decap, packet->buffer);
     if (reason == esp::DropReason::none) reason = esp::decap_finish(packet->decap, packet->buffer);
-    channel->in_crypto_.fetch_sub(1, std::memory_order_release);
     Touched& t = slot_for(channel, &Touched::inbound);
+    ++t.finished;
     if (reason == esp::DropReason::none) {
       t.staged[t.count++] = {sequence, packet};
     } else {
@@ -253,6 +254,9 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       t.outbound->release().drain(t.outbound->sink(), pool_);
     } else {
       t.inbound->release().stage(staged);
+      // Only now are these packets where the reorder buffer sees them: until here they
+      // count as in crypto, so that a gap they fill is not given up on meanwhile.
+      t.inbound->in_crypto_.fetch_sub(t.finished, std::memory_order_release);
       if (t.inbound->release().drain(t.inbound->sink(), pool_)) schedule_gap_timer(t.inbound);
     }
   }

@@ -115,20 +115,20 @@ std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
   return std::nullopt;
 }
 
-bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index) const {
+bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const {
   if (hold_ns_ == 0) return false;
   const auto waiting = first_held_after_gap();
   if (!waiting) return false;
   resume_index = *waiting;
-  return now.get() - arrival_of(*waiting) >= hold_ns_;
+  return now.get() - arrival_of(*waiting) >= (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_);
 }
 
-bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out) {
+bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out, bool busy) {
   for (;;) {
     pop_in_order(out);
     if (held_ == 0) return false;
     uint64_t resume_index = 0;
-    if (!gap_expired(now, resume_index)) return true;
+    if (!gap_expired(now, resume_index, busy)) return true;
     ++stats_.hold_timeouts;
     advance_to(resume_index, out);
   }
@@ -143,11 +143,11 @@ void ReorderBuffer::flush(std::vector<Packet*>& out) {
   }
 }
 
-bool ReorderBuffer::ready(LazyNow& now) const {
+bool ReorderBuffer::ready(LazyNow& now, bool busy) const {
   if (held_ == 0) return false;
   if (slots_[next_ & mask_] != nullptr) return true;
   uint64_t resume_index = 0;
-  return gap_expired(now, resume_index);
+  return gap_expired(now, resume_index, busy);
 }
 
 }  // namespace espgw::pipeline

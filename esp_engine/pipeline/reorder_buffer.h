@@ -4,8 +4,11 @@
 // Bounded two ways: at most `capacity` indexes ahead of the release point are held (a
 // packet further ahead forces the release point forward, skipping what is missing), and
 // a gap is waited for at most `hold` after the first packet behind it arrived, so a lost
-// packet never stalls an SA. A packet that arrives after its index was skipped is
-// released at once ("late"): anti-replay already guarantees it is not a duplicate.
+// packet never stalls an SA. While the caller says workers still hold packets of this
+// SA (`busy`), the missing one may be among them rather than lost, and the wait is
+// kBusyHoldFactor times longer: a worker the scheduler preempted for a few ms must not
+// turn a whole batch into late, out-of-order deliveries. A packet that arrives after its index was
+// skipped is released at once ("late"): anti-replay already guarantees it is not a duplicate.
 //
 // Not thread-safe; OrderedRelease wraps it with a lock.
 #pragma once
@@ -51,6 +54,8 @@ struct ReorderStats {
 
 class ReorderBuffer {
  public:
+  static constexpr uint64_t kBusyHoldFactor = 8;
+
   // `hold_ns` = 0 never gives up on a gap (outbound: every index is sure to arrive).
   ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_index);
 
@@ -63,19 +68,19 @@ class ReorderBuffer {
   }
   // Releases everything in order from the release point, skipping a gap whose hold time
   // has expired. Returns true if packets are still held behind a gap.
-  bool release(LazyNow& now, std::vector<Packet*>& out);
-  bool release(uint64_t now_ns, std::vector<Packet*>& out) {
+  bool release(LazyNow& now, std::vector<Packet*>& out, bool busy = false);
+  bool release(uint64_t now_ns, std::vector<Packet*>& out, bool busy = false) {
     LazyNow now = LazyNow::at(now_ns);
-    return release(now, out);
+    return release(now, out, busy);
   }
   // Releases everything held, skipping every gap (shutdown, SA removal).
   void flush(std::vector<Packet*>& out);
 
   // True when release() would return something now.
-  bool ready(LazyNow& now) const;
-  bool ready(uint64_t now_ns) const {
+  bool ready(LazyNow& now, bool busy = false) const;
+  bool ready(uint64_t now_ns, bool busy = false) const {
     LazyNow now = LazyNow::at(now_ns);
-    return ready(now);
+    return ready(now, busy);
   }
   size_t held() const { return held_; }
   uint64_t next_index() const { return next_; }
@@ -94,7 +99,7 @@ class ReorderBuffer {
   std::optional<uint64_t> first_held_after_gap() const;
   // True if the gap at the release point has been waited on for the full hold time;
   // `resume_index` is then the first held index after it.
-  bool gap_expired(LazyNow& now, uint64_t& resume_index) const;
+  bool gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const;
 
   size_t mask_;
   uint64_t hold_ns_;
