@@ -10,4 +10,16 @@ namespace espgw::xfrm {
 // forwards what it decrypts and the kernel checks such packets against fwd policies.
 enum class Direction : uint8_t { out, in, fwd };
 
+constexpr const char* direction_name(Direction direction) {
+  switch (direction) {
+    case Direction::out:
+      return "out";
+    case Direction::in:
+      return "in";
+    case Direction::fwd:
+      return "fwd";
+  }
+  return "?";
+}
+
 }  // namespace espgw::xfrm

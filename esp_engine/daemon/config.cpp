@@ -103,6 +103,15 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "static-sa-file") {
       const std::string file(value);
       config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;
+    } else if (key == "control-socket") {
+      if (value.front() != '/' || value.size() > 107)
+        bad("an absolute path of at most 107 characters");
+      else
+        config.control_socket = value;
+    } else if (key == "min-replay-window") {
+      if (!parse_number(value, config.min_replay_window, 0u, 65536u)) bad("0 to 65536 packets");
+    } else if (key == "ike-port") {
+      if (!parse_number<uint16_t>(value, config.ike_port, 0, 65535)) bad("a port number or 0");
     } else if (key == "workers") {
       if (!parse_number(value, config.workers, 0u, 1024u))
         bad("a number from 0 (one per CPU) to 1024");
@@ -147,8 +156,10 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     }
   }
   if (!have_local) result.errors.push_back(path + ": 'local-address' is required");
-  if (config.static_sa_file.empty())
-    result.errors.push_back(path + ": 'static-sa-file' is required");
+  if (config.static_sa_file.empty() && config.control_socket.empty())
+    result.errors.push_back(path + ": 'static-sa-file' or 'control-socket' is required");
+  if (!config.control_socket.empty() && config.ike_port == config.udp_port)
+    result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
   if (result.errors.empty()) result.config = std::move(config);
   return result;
 }

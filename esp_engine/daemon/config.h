@@ -26,7 +26,17 @@ struct GatewayConfig {
   // UDP sockets sharing local-address:udp-port through SO_REUSEPORT, one reader thread
   // each; the kernel spreads peers (4-tuples) over them. 0: one per online CPU, at most 4.
   unsigned wan_readers = 0;
-  std::string static_sa_file;               // resolved against the config file's directory
+  std::string static_sa_file;  // resolved against the config file's directory; optional
+                               // when a control socket is set
+  // The control socket of the charon plugin and espgwctl (root-only); empty: static SAs
+  // only. With it, espgw also owns the IKE ports: udp-port (NAT-T) and ike-port.
+  std::string control_socket;
+  uint16_t ike_port = 500;  // 0: no IKE socket (NAT-T port only)
+  // charon asks for a 32-packet replay window by default (like the kernel). Packets that
+  // workers on different cores put on the wire can overtake each other by more than that
+  // inside the kernel, so espgw widens smaller windows to this; 0 from charon (no replay
+  // protection) stays 0.
+  uint32_t min_replay_window = 1024;
   unsigned workers = 0;                     // 0: one per online CPU
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;

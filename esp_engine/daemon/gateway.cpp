@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "daemon/gateway_entries.h"
 #include "daemon/log.h"
 #include "esp/esp_format.h"
 #include "esp/wire.h"
@@ -127,41 +128,23 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   GatewayCounters& counters_;
 };
 
-// When an SA was installed and how far through its lifetime it is.
-struct LifetimeTracking {
-  std::chrono::steady_clock::time_point added_at = std::chrono::steady_clock::now();
-  xfrm::LifetimeState reported = xfrm::LifetimeState::none;
-};
-
-struct Gateway::OutboundEntry {
-  xfrm::SadEntry entry;
-  LifetimeTracking lifetime;
-  std::shared_ptr<esp::OutboundSa> sa;
-  std::shared_ptr<WanSink> sink;
-  std::shared_ptr<pipeline::OutboundChannel> channel;
-};
-
-struct Gateway::InboundEntry {
-  xfrm::SadEntry entry;
-  LifetimeTracking lifetime;
-  std::shared_ptr<esp::InboundSa> sa;
-  std::shared_ptr<pipeline::InboundChannel> channel;
-};
-
 Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(random_seed()) {
   set_log_level(config_.log_level);
-  auto file = xfrm::load_static_file(config_.static_sa_file);
-  if (!file.config) {
-    std::string message = "static SA file has errors:";
-    for (const auto& error : file.errors) message += "\n  " + error;
-    throw std::runtime_error(message);
+  if (!config_.static_sa_file.empty()) {
+    auto file = xfrm::load_static_file(config_.static_sa_file);
+    if (!file.config) {
+      std::string message = "static SA file has errors:";
+      for (const auto& error : file.errors) message += "\n  " + error;
+      throw std::runtime_error(message);
+    }
+    static_config_ = std::move(*file.config);
   }
 
   tun_ = std::make_unique<io::TunDevice>(config_.tun_name, config_.tun_queues, config_.tun_offload);
   for (unsigned q = 0; q < tun_->queues(); ++q)
     fcntl(tun_->fd(q), F_SETFL, fcntl(tun_->fd(q), F_GETFL) | O_NONBLOCK);
 
-  tunnel_mtu_ = derive_tunnel_mtu(*file.config);
+  tunnel_mtu_ = derive_tunnel_mtu(static_config_);
   pipeline::PipelineConfig pipeline_config;
   pipeline_config.workers = config_.workers;
   pipeline_config.pin_workers = config_.pin_workers;
@@ -182,8 +165,24 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
       throw std::runtime_error(r.message);
   if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
 
-  apply(*file.config);
-  sync_routes(*file.config);
+  if (!config_.control_socket.empty()) {
+    // charon talks IKE through us before any SA exists: the NAT-T port and the IKE port
+    // are open from the start.
+    esp::SaConfig udp;
+    udp.udp_encapsulation = esp::UdpEncapsulation{};
+    socket_for(udp);
+    if (config_.ike_port != 0) {
+      io::WanSocketOptions options;
+      options.buffer_bytes = 1 << 20;
+      options.gro = false;  // IKE is a few datagrams per exchange
+      ike_socket_ = std::make_unique<io::WanSocket>(io::WanKind::udp, config_.local_address,
+                                                    config_.ike_port, options);
+    }
+  }
+  {
+    std::lock_guard lock(control_mutex_);
+    apply_locked(merged_config());
+  }
   log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers, %s",
       tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(),
       pipeline_->worker_count(), config_.crypto_backend.c_str());
@@ -278,7 +277,8 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
         group->set_member(entry.config.spi, outbound[key]->channel);
     } else {
       esp::SaConfig sa_config = entry.config;
-      sa_config.selectors = inbound_selectors(config, entry.reqid);
+      // charon's SAs carry their traffic selectors; static ones take them from policies.
+      if (sa_config.selectors.empty()) sa_config.selectors = inbound_selectors(config, entry.reqid);
       auto existing = inbound_.find(key);
       if (existing != inbound_.end() && existing->second->entry == entry) {
         inbound[key] = std::move(existing->second);
@@ -304,12 +304,18 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
   }
   // What is left in the old maps was removed or changed.
   for (auto& [key, old] : outbound_) {
-    log(LogLevel::info, "SA out spi 0x%08x removed", old->entry.config.spi);
-    retired_.push_back(old->sink);  // packets in flight still deliver through it
+    // The final counters: after this the SA and its statistics are gone.
+    log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes",
+        old->entry.config.spi, static_cast<unsigned long long>(old->sa->counters().packets()),
+        static_cast<unsigned long long>(old->sa->counters().bytes()));
+    retired_.emplace_back(old->channel, old->sink);
   }
+  std::erase_if(retired_, [](const auto& retired) { return retired.first.expired(); });
   for (auto& [key, old] : inbound_) {
     if (!inbound.count(key)) pipeline_->remove_inbound(old->entry.config.spi);
-    log(LogLevel::info, "SA in spi 0x%08x removed", old->entry.config.spi);
+    log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
+        old->entry.config.spi, static_cast<unsigned long long>(old->sa->counters().packets()),
+        static_cast<unsigned long long>(old->sa->counters().bytes()));
   }
   outbound_ = std::move(outbound);
   inbound_ = std::move(inbound);
@@ -339,17 +345,55 @@ void Gateway::sync_routes(const xfrm::StaticConfig& config) {
 }
 
 bool Gateway::reload() {
+  if (config_.static_sa_file.empty()) {
+    log(LogLevel::info, "reload: no static-sa-file configured, nothing to re-read");
+    return true;
+  }
   auto file = xfrm::load_static_file(config_.static_sa_file);
   if (!file.config) {
     for (const auto& error : file.errors) log(LogLevel::error, "%s", error.c_str());
     log(LogLevel::error, "reload refused: keeping the running configuration");
     return false;
   }
-  apply(*file.config);
-  sync_routes(*file.config);
+  std::lock_guard lock(control_mutex_);
+  static_config_ = std::move(*file.config);
+  apply_locked(merged_config());
   log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
       config_.static_sa_file.c_str(), outbound_.size(), inbound_.size());
   return true;
+}
+
+void Gateway::set_dynamic(xfrm::StaticConfig config) {
+  std::lock_guard lock(control_mutex_);
+  dynamic_config_ = std::move(config);
+  apply_locked(merged_config());
+}
+
+xfrm::StaticConfig Gateway::merged_config() const {
+  xfrm::StaticConfig merged = static_config_;
+  merged.sas.insert(merged.sas.end(), dynamic_config_.sas.begin(), dynamic_config_.sas.end());
+  merged.policies.insert(merged.policies.end(), dynamic_config_.policies.begin(),
+                         dynamic_config_.policies.end());
+  return merged;
+}
+
+void Gateway::apply_locked(const xfrm::StaticConfig& config) {
+  apply(config);
+  sync_routes(config);
+  if (config_.tunnel_mtu) return;
+  // SAs towards a peer with a smaller path MTU may have arrived: the TUN MTU follows the
+  // smallest, within what the packet buffers hold.
+  const size_t buffer_limit = pipeline_->config().packet_capacity -
+                              esp::PacketBuffer::kDefaultHeadroom - esp::encap_tailroom() - 128;
+  const unsigned mtu =
+      std::min<unsigned>(derive_tunnel_mtu(config), static_cast<unsigned>(buffer_limit));
+  if (mtu == tunnel_mtu_) return;
+  if (auto r = netlink_.set_mtu(tun_->name(), mtu); !r) {
+    log(LogLevel::error, "%s", r.message.c_str());
+    return;
+  }
+  log(LogLevel::info, "%s mtu %u -> %u", tun_->name().c_str(), tunnel_mtu_, mtu);
+  tunnel_mtu_ = mtu;
 }
 
 void Gateway::start() {
@@ -364,6 +408,7 @@ void Gateway::start() {
   for (const auto& socket : udp_sockets_)
     threads_.emplace_back([this, s = socket.get()] { wan_reader(s); });
   if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
+  if (ike_socket_) threads_.emplace_back([this] { ike_reader(); });
 }
 
 void Gateway::stop() {
@@ -492,7 +537,8 @@ void Gateway::wan_reader(io::WanSocket* socket) {
           continue;
         }
         if (buffer.size() >= 4 && load_be32(buffer.data()) == 0) {  // non-ESP marker: IKE
-          counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
+          // charon's receiver strips the marker itself, as it does for socket-default.
+          deliver_ike(buffer.bytes(), datagrams[i].peer, config_.udp_port);
           pipeline_->release(packet);
           continue;
         }
@@ -508,14 +554,28 @@ void Gateway::wan_reader(io::WanSocket* socket) {
 }
 
 void Gateway::enforce_lifetimes() {
+  struct Expiry {
+    uint32_t spi;
+    esp::IpAddress destination;
+    bool hard;
+  };
+  std::vector<Expiry> expiries;
+  std::unique_lock lock(control_mutex_);
   const auto now = std::chrono::steady_clock::now();
   auto check = [&](const char* direction, const xfrm::SadEntry& entry, LifetimeTracking& tracking,
                    const esp::SaCounters& counters, auto&& take_out_of_service) {
+    const uint64_t packets = counters.packets();
+    if (packets != tracking.packets_seen) {
+      tracking.packets_seen = packets;
+      tracking.last_used = now;
+    }
     const uint64_t seconds = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::seconds>(now - tracking.added_at).count());
-    const auto state = xfrm::check(entry.lifetimes, counters.bytes(), counters.packets(), seconds);
+    const auto state = xfrm::check(entry.lifetimes, counters.bytes(), packets, seconds);
     if (state <= tracking.reported) return;
     tracking.reported = state;
+    expiries.push_back(
+        {entry.config.spi, entry.config.tunnel_destination, state == xfrm::LifetimeState::hard});
     if (state == xfrm::LifetimeState::soft) {
       log(LogLevel::warn,
           "SA %s spi 0x%08x: soft lifetime reached (%llu bytes, %llu packets, %llu s); a "
@@ -545,9 +605,15 @@ void Gateway::enforce_lifetimes() {
     check("in", e->entry, e->lifetime, e->sa->counters(),
           [&, &entry = e] { pipeline_->remove_inbound(entry->entry.config.spi); });
   }
+  lock.unlock();
+  // Without the lock: the handler tells charon, which answers with calls that take it.
+  if (expire_handler_)
+    for (const auto& expiry : expiries)
+      expire_handler_(expiry.spi, expiry.destination, expiry.hard);
 }
 
 void Gateway::log_counters() const {
+  std::lock_guard lock(control_mutex_);
   for (const auto& [key, entry] : outbound_) {
     const auto& c = entry->sa->counters();
     log(LogLevel::info, "sa out spi=0x%08x dst=%s packets=%llu bytes=%llu in_flight=%zu",

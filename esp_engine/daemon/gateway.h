@@ -7,13 +7,18 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/gateway_status.h"
 #include "esp/counters.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
@@ -59,6 +64,38 @@ class Gateway {
   // limit by up to 100 ms of traffic.
   void enforce_lifetimes();
 
+  // --- The control path (charon through the control socket; docs/strongswan.md). ---
+  // Replaces the SAs and policies charon installed; the static file's stay. SAs whose
+  // configuration did not change keep their state. Thread-safe, like everything below.
+  void set_dynamic(xfrm::StaticConfig config);
+  struct SaUsage {
+    uint64_t bytes = 0;
+    uint64_t packets = 0;
+    std::optional<uint64_t> idle_ms;  // none while the SA has carried nothing
+  };
+  std::optional<SaUsage> sa_usage(uint32_t spi, const esp::IpAddress& destination) const;
+  // The shortest idle time among the SAs of a group (reqid) in one direction.
+  std::optional<uint64_t> group_idle_ms(xfrm::Direction direction, uint32_t reqid) const;
+  bool spi_in_use(uint32_t spi) const;  // by an inbound SA
+  GatewayStatus status() const;
+  const GatewayConfig& config() const { return config_; }
+  const esp::IpAddress& local_address() const { return config_.local_address; }
+
+  // Called when an SA reaches its soft or hard lifetime (from enforce_lifetimes, without
+  // the gateway's lock held). Set before start().
+  using ExpireHandler =
+      std::function<void(uint32_t spi, const esp::IpAddress& destination, bool hard)>;
+  void on_expire(ExpireHandler handler) { expire_handler_ = std::move(handler); }
+  // Called from WAN reader threads with each IKE packet (non-ESP marker removed on
+  // port 4500) when a control socket is configured. Set before start().
+  using IkeHandler = std::function<void(std::span<const uint8_t> ike, const esp::IpAddress& peer,
+                                        uint16_t peer_port, uint16_t local_port)>;
+  void on_ike(IkeHandler handler) { ike_handler_ = std::move(handler); }
+  // Sends an IKE packet from `local_port` (the IKE port, or the NAT-T port with the
+  // non-ESP marker added). False if there is no such socket or the send failed.
+  bool send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,
+                std::span<const uint8_t> ike);
+
  private:
   class WanSink;
   class TunSink;
@@ -70,7 +107,13 @@ class Gateway {
     std::map<uint32_t, std::shared_ptr<pipeline::SaGroup>> groups;  // by reqid
   };
 
+  // The static file's SAs and policies followed by charon's, policies renumbered.
+  xfrm::StaticConfig merged_config() const;
+  // Installs `config` (diffing against what runs) and brings routes and MTU in line.
+  void apply_locked(const xfrm::StaticConfig& config);
   void apply(const xfrm::StaticConfig& config);
+  void ike_reader();
+  void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
   void sync_routes(const xfrm::StaticConfig& config);
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
@@ -96,9 +139,21 @@ class Gateway {
 
   std::map<std::string, std::unique_ptr<OutboundEntry>> outbound_;  // by "spi/destination"
   std::map<std::string, std::unique_ptr<InboundEntry>> inbound_;
-  std::vector<std::shared_ptr<void>> retired_;  // sinks of removed SAs: in-flight packets
-  std::vector<esp::IpPrefix> routes_;           // routes we added, to remove on exit
+  // Sinks of removed outbound SAs: packets in flight still deliver through them, so each
+  // stays until its channel is gone (the last packet and snapshot let go of it).
+  std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>
+      retired_;
+  std::vector<esp::IpPrefix> routes_;  // routes we added, to remove on exit
   std::atomic<std::shared_ptr<const Forwarding>> forwarding_;
+
+  // Serialises changes (reload, charon's updates, lifetimes) and status readers. The data
+  // path never takes it: it reads the `forwarding_` snapshot.
+  mutable std::mutex control_mutex_;
+  xfrm::StaticConfig static_config_;   // from static-sa-file
+  xfrm::StaticConfig dynamic_config_;  // from charon
+  ExpireHandler expire_handler_;
+  IkeHandler ike_handler_;
+  std::unique_ptr<io::WanSocket> ike_socket_;  // UDP ike-port (500) when charon is attached
 
   GatewayCounters counters_;
   std::atomic<bool> running_{false};

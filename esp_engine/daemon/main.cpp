@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "daemon/config.h"
+#include "daemon/control_service.h"
 #include "daemon/gateway.h"
 #include "daemon/log.h"
 
@@ -59,7 +61,13 @@ int main(int argc, char** argv) {
 
   try {
     Gateway gateway(*parsed.config);
+    // charon's plugin and espgwctl connect here; it must hook into the gateway before the
+    // readers start.
+    std::unique_ptr<ControlService> control;
+    if (!parsed.config->control_socket.empty())
+      control = std::make_unique<ControlService>(gateway, parsed.config->control_socket);
     gateway.start();
+    if (control) control->start();
     const auto interval = parsed.config->stats_interval;
     auto next_stats = std::chrono::steady_clock::now() + interval;
     for (;;) {
@@ -79,6 +87,7 @@ int main(int argc, char** argv) {
         next_stats += interval;
       }
     }
+    if (control) control->stop();
     gateway.stop();
     gateway.log_counters();
   } catch (const std::exception& error) {

@@ -57,4 +57,10 @@ size_t SaGroup::size() const {
   return members_.load()->size();
 }
 
+std::vector<uint64_t> SaGroup::member_keys() const {
+  std::vector<uint64_t> keys;
+  for (const Member& member : *members_.load()) keys.push_back(member.key);
+  return keys;
+}
+
 }  // namespace espgw::pipeline

@@ -28,6 +28,8 @@ class SaGroup {
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
+  // The member keys, in no particular order (for status displays).
+  std::vector<uint64_t> member_keys() const;
 
  private:
   struct Member {

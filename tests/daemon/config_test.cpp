@@ -75,7 +75,7 @@ TEST(GatewayConfig, RequiredKeysAndMissingFile) {
   const auto empty = parse_gateway_config_text("", "x.conf");
   ASSERT_EQ(empty.errors.size(), 2u);
   EXPECT_EQ(empty.errors[0], "x.conf: 'local-address' is required");
-  EXPECT_EQ(empty.errors[1], "x.conf: 'static-sa-file' is required");
+  EXPECT_EQ(empty.errors[1], "x.conf: 'static-sa-file' or 'control-socket' is required");
   const auto missing = parse_gateway_config("/nonexistent/espgw.conf");
   ASSERT_EQ(missing.errors.size(), 1u);
   EXPECT_EQ(missing.errors[0], "/nonexistent/espgw.conf: cannot open the file");

@@ -28,7 +28,8 @@ espgw_control_t *espgw_control;
 
 typedef struct private_espgw_control_t private_espgw_control_t;
 
-typedef struct {
+typedef struct
+{
 	char *key;
 	chunk_t packet;
 	int refs;
@@ -36,12 +37,14 @@ typedef struct {
 	host_t *dst;
 } remembered_t;
 
-typedef struct {
+typedef struct
+{
 	uint32_t spi;
 	host_t *dst;
 } pending_rekey_t;
 
-struct private_espgw_control_t {
+struct private_espgw_control_t
+{
 	espgw_control_t public;
 	char path[108];
 	/* the command connection, the remembered state, and espgw's instance */
@@ -58,8 +61,8 @@ struct private_espgw_control_t {
 
 static int connect_socket(private_espgw_control_t *this, bool timeouts)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct timeval timeout = { .tv_sec = COMMAND_TIMEOUT_S };
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	struct timeval timeout = {.tv_sec = COMMAND_TIMEOUT_S};
 	int fd;
 
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -68,7 +71,7 @@ static int connect_socket(private_espgw_control_t *this, bool timeouts)
 		return -1;
 	}
 	memcpy(addr.sun_path, this->path, sizeof(addr.sun_path));
-	if (connect(fd, (struct sockaddr*)&addr, sizeof(addr)) != 0)
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
 	{
 		close(fd);
 		return -1;
@@ -120,7 +123,8 @@ static bool read_all(int fd, u_char *buf, size_t len)
 	return TRUE;
 }
 
-/* One packet without its length prefix, or chunk_empty on EOF, timeout or a bad length. */
+/* One packet without its length prefix, or chunk_empty on EOF, timeout or a bad length.
+ */
 static chunk_t read_packet(int fd)
 {
 	u_char prefix[4];
@@ -202,10 +206,7 @@ static void replay_locked(private_espgw_control_t *this, linked_list_t *rekey)
 			{
 				pending_rekey_t *pending;
 
-				INIT(pending,
-					.spi = entry->spi,
-					.dst = entry->dst->clone(entry->dst),
-				);
+				INIT(pending, .spi = entry->spi, .dst = entry->dst->clone(entry->dst), );
 				rekey->insert_last(rekey, pending);
 			}
 		}
@@ -274,17 +275,16 @@ static void rekey_replayed(linked_list_t *rekey)
 {
 	pending_rekey_t *pending;
 
-	while (rekey->remove_first(rekey, (void**)&pending) == SUCCESS)
+	while (rekey->remove_first(rekey, (void **)&pending) == SUCCESS)
 	{
-		charon->kernel->expire(charon->kernel, IPPROTO_ESP, pending->spi,
-							   pending->dst, FALSE);
+		charon->kernel->expire(charon->kernel, IPPROTO_ESP, pending->spi, pending->dst,
+							   FALSE);
 		pending->dst->destroy(pending->dst);
 		free(pending);
 	}
 }
 
-METHOD(espgw_control_t, request, chunk_t,
-	private_espgw_control_t *this, chunk_t packet)
+METHOD(espgw_control_t, request, chunk_t, private_espgw_control_t *this, chunk_t packet)
 {
 	linked_list_t *rekey = linked_list_create();
 	chunk_t response = chunk_empty;
@@ -310,8 +310,8 @@ METHOD(espgw_control_t, request, chunk_t,
 	return response;
 }
 
-METHOD(espgw_control_t, remember, void,
-	private_espgw_control_t *this, char *key, chunk_t packet, uint32_t spi, host_t *dst)
+METHOD(espgw_control_t, remember, void, private_espgw_control_t *this, char *key,
+	   chunk_t packet, uint32_t spi, host_t *dst)
 {
 	remembered_t *entry;
 
@@ -331,13 +331,8 @@ METHOD(espgw_control_t, remember, void,
 		}
 		else
 		{
-			INIT(entry,
-				.key = strdup(key),
-				.packet = chunk_clone(packet),
-				.refs = 1,
-				.spi = spi,
-				.dst = dst ? dst->clone(dst) : NULL,
-			);
+			INIT(entry, .key = strdup(key), .packet = chunk_clone(packet), .refs = 1,
+				 .spi = spi, .dst = dst ? dst->clone(dst) : NULL, );
 			this->state->put(this->state, entry->key, entry);
 		}
 	}
@@ -352,8 +347,7 @@ static void destroy_remembered(remembered_t *entry)
 	free(entry);
 }
 
-METHOD(espgw_control_t, forget, void,
-	private_espgw_control_t *this, char *key)
+METHOD(espgw_control_t, forget, void, private_espgw_control_t *this, char *key)
 {
 	remembered_t *entry;
 
@@ -367,8 +361,7 @@ METHOD(espgw_control_t, forget, void,
 	this->mutex->unlock(this->mutex);
 }
 
-METHOD(espgw_control_t, forget_all, void,
-	private_espgw_control_t *this, char *prefix)
+METHOD(espgw_control_t, forget_all, void, private_espgw_control_t *this, char *prefix)
 {
 	enumerator_t *enumerator;
 	remembered_t *entry;
@@ -388,8 +381,7 @@ METHOD(espgw_control_t, forget_all, void,
 	this->mutex->unlock(this->mutex);
 }
 
-METHOD(espgw_control_t, receive_ike, packet_t*,
-	private_espgw_control_t *this)
+METHOD(espgw_control_t, receive_ike, packet_t *, private_espgw_control_t *this)
 {
 	packet_t *packet = this->ike->dequeue(this->ike);
 
@@ -510,7 +502,8 @@ static void *run_events(private_espgw_control_t *this)
 		{
 			if (!reported_down)
 			{
-				DBG1(DBG_KNL, "espgw control socket %s unreachable; retrying every second",
+				DBG1(DBG_KNL,
+					 "espgw control socket %s unreachable; retrying every second",
 					 this->path);
 				reported_down = TRUE;
 			}
@@ -527,7 +520,8 @@ static void *run_events(private_espgw_control_t *this)
 		}
 		reported_down = FALSE;
 
-		/* a new espgw instance gets charon's SAs and policies now, not on the next call */
+		/* a new espgw instance gets charon's SAs and policies now, not on the next call
+		 */
 		rekey = linked_list_create();
 		this->mutex->lock(this->mutex);
 		close_command_locked(this);
@@ -566,8 +560,7 @@ static void *run_events(private_espgw_control_t *this)
 	return NULL;
 }
 
-METHOD(espgw_control_t, destroy, void,
-	private_espgw_control_t *this)
+METHOD(espgw_control_t, destroy, void, private_espgw_control_t *this)
 {
 	enumerator_t *enumerator;
 	remembered_t *entry;
@@ -601,20 +594,18 @@ espgw_control_t *espgw_control_create(void)
 	char *uri;
 
 	INIT(this,
-		.public = {
-			.request = _request,
-			.remember = _remember,
-			.forget = _forget,
-			.forget_all = _forget_all,
-			.receive_ike = _receive_ike,
-			.destroy = _destroy,
-		},
-		.mutex = mutex_create(MUTEX_TYPE_DEFAULT),
-		.fd = -1,
-		.event_fd = -1,
-		.state = hashtable_create(hashtable_hash_str, hashtable_equals_str, 64),
-		.ike = blocking_queue_create(),
-	);
+		 .public =
+			 {
+				 .request = _request,
+				 .remember = _remember,
+				 .forget = _forget,
+				 .forget_all = _forget_all,
+				 .receive_ike = _receive_ike,
+				 .destroy = _destroy,
+			 },
+		 .mutex = mutex_create(MUTEX_TYPE_DEFAULT), .fd = -1, .event_fd = -1,
+		 .state = hashtable_create(hashtable_hash_str, hashtable_equals_str, 64),
+		 .ike = blocking_queue_create(), );
 	uri = lib->settings->get_str(lib->settings, "%s.plugins.espgw.socket", DEFAULT_SOCKET,
 								 lib->ns);
 	if (strpfx(uri, "unix://"))

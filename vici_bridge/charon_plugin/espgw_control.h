@@ -15,11 +15,12 @@
 
 typedef struct espgw_control_t espgw_control_t;
 
-struct espgw_control_t {
+struct espgw_control_t
+{
 
 	/**
-	 * Sends a request packet (built with evc_begin(EVC_CMD_REQUEST, ...)) and waits for the
-	 * response. Connects, or reconnects once, as needed.
+	 * Sends a request packet (built with evc_begin(EVC_CMD_REQUEST, ...)) and waits for
+	 *the response. Connects, or reconnects once, as needed.
 	 *
 	 * @return		the response packet without its length prefix (chunk_free() it),
 	 *				chunk_empty if espgw is unreachable or the answer is broken
@@ -31,8 +32,8 @@ struct espgw_control_t {
 	 * reference (policies are shared by CHILD_SAs); `spi` (network order) and `dst` name
 	 * an SA, which is also rekeyed after a replay; spi 0 for policies.
 	 */
-	void (*remember)(espgw_control_t *this, char *key, chunk_t packet,
-					 uint32_t spi, host_t *dst);
+	void (*remember)(espgw_control_t *this, char *key, chunk_t packet, uint32_t spi,
+					 host_t *dst);
 
 	/** Drops one reference to a remembered request; the last one forgets it. */
 	void (*forget)(espgw_control_t *this, char *key);
@@ -49,7 +50,8 @@ struct espgw_control_t {
 /** Starts the event thread; connections are made on demand. */
 espgw_control_t *espgw_control_create(void);
 
-/** The instance the plugin created; the kernel_ipsec_t and socket_t constructors use it. */
+/** The instance the plugin created; the kernel_ipsec_t and socket_t constructors use it.
+ */
 extern espgw_control_t *espgw_control;
 
 #endif

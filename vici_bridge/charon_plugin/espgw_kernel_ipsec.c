@@ -10,7 +10,8 @@
 
 typedef struct private_espgw_kernel_ipsec_t private_espgw_kernel_ipsec_t;
 
-struct private_espgw_kernel_ipsec_t {
+struct private_espgw_kernel_ipsec_t
+{
 	kernel_ipsec_t public;
 };
 
@@ -119,8 +120,9 @@ static void policy_key(char *buf, size_t len, kernel_ipsec_policy_id_t *id)
 	subnet_text(id->dst_ts, dst, sizeof(dst));
 	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u", direction_name(id->dir), src,
 			 id->src_ts->get_protocol(id->src_ts), id->src_ts->get_from_port(id->src_ts),
-			 id->src_ts->get_to_port(id->src_ts), dst, id->dst_ts->get_protocol(id->dst_ts),
-			 id->dst_ts->get_from_port(id->dst_ts), id->dst_ts->get_to_port(id->dst_ts));
+			 id->src_ts->get_to_port(id->src_ts), dst,
+			 id->dst_ts->get_protocol(id->dst_ts), id->dst_ts->get_from_port(id->dst_ts),
+			 id->dst_ts->get_to_port(id->dst_ts));
 }
 
 /* Sends a finished request and returns SUCCESS, NOT_FOUND, NOT_SUPPORTED or FAILED from
@@ -186,17 +188,15 @@ static bool response_u64(chunk_t response, const char *key, uint64_t *value)
 		   evc_find_u64(message, key, value);
 }
 
-METHOD(kernel_ipsec_t, get_features, kernel_feature_t,
-	private_espgw_kernel_ipsec_t *this)
+METHOD(kernel_ipsec_t, get_features, kernel_feature_t, private_espgw_kernel_ipsec_t *this)
 {
 	/* espgw strips TFC padding it receives (RFC 4303 2.4); policies find SAs by reqid,
 	 * so an SA update needs no policy reinstall */
 	return KERNEL_ESP_V3_TFC | KERNEL_NO_POLICY_UPDATES;
 }
 
-METHOD(kernel_ipsec_t, get_spi, status_t,
-	private_espgw_kernel_ipsec_t *this, host_t *src, host_t *dst, uint8_t protocol,
-	uint32_t *spi)
+METHOD(kernel_ipsec_t, get_spi, status_t, private_espgw_kernel_ipsec_t *this, host_t *src,
+	   host_t *dst, uint8_t protocol, uint32_t *spi)
 {
 	evc_builder_t b;
 	chunk_t response;
@@ -225,8 +225,8 @@ METHOD(kernel_ipsec_t, get_spi, status_t,
 	return SUCCESS;
 }
 
-METHOD(kernel_ipsec_t, get_cpi, status_t,
-	private_espgw_kernel_ipsec_t *this, host_t *src, host_t *dst, uint16_t *cpi)
+METHOD(kernel_ipsec_t, get_cpi, status_t, private_espgw_kernel_ipsec_t *this, host_t *src,
+	   host_t *dst, uint16_t *cpi)
 {
 	return NOT_SUPPORTED;
 }
@@ -246,9 +246,8 @@ static const char *algorithm_name(uint16_t enc_alg, size_t key_len)
 	}
 }
 
-METHOD(kernel_ipsec_t, add_sa, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_sa_id_t *id,
-	kernel_ipsec_add_sa_t *data)
+METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_sa_id_t *id, kernel_ipsec_add_sa_t *data)
 {
 	const char *algorithm = algorithm_name(data->enc_alg, data->enc_key.len);
 	evc_builder_t b;
@@ -256,13 +255,14 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	char key[64];
 	status_t status;
 
-	if (id->proto != IPPROTO_ESP || data->mode != MODE_TUNNEL || data->ipcomp != IPCOMP_NONE ||
-		data->int_alg != AUTH_UNDEFINED || !algorithm)
+	if (id->proto != IPPROTO_ESP || data->mode != MODE_TUNNEL ||
+		data->ipcomp != IPCOMP_NONE || data->int_alg != AUTH_UNDEFINED || !algorithm)
 	{
-		DBG1(DBG_KNL, "espgw: SA %.8x refused: espgw does ESP tunnel mode with AES-GCM-16 or "
-			 "ChaCha20-Poly1305 only (got %N, %N, %N)", ntohl(id->spi), ipsec_mode_names,
-			 data->mode, encryption_algorithm_names, data->enc_alg,
-			 integrity_algorithm_names, data->int_alg);
+		DBG1(DBG_KNL,
+			 "espgw: SA %.8x refused: espgw does ESP tunnel mode with AES-GCM-16 or "
+			 "ChaCha20-Poly1305 only (got %N, %N, %N)",
+			 ntohl(id->spi), ipsec_mode_names, data->mode, encryption_algorithm_names,
+			 data->enc_alg, integrity_algorithm_names, data->int_alg);
 		return NOT_SUPPORTED;
 	}
 	if (id->mark.value || id->if_id)
@@ -286,11 +286,13 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	evc_add_u64(&b, "dst-port", id->dst->get_port(id->dst));
 	if (data->lifetime)
 	{
-		/* charon schedules time-based rekeys itself; the soft time limit is its job */
+		/* charon rekeys a CHILD_SA when the kernel reports the soft limit, time
+		 * included, and deletes it on the hard one: espgw plays the kernel's part */
 		evc_add_u64(&b, "soft-bytes", data->lifetime->bytes.rekey);
 		evc_add_u64(&b, "hard-bytes", data->lifetime->bytes.life);
 		evc_add_u64(&b, "soft-packets", data->lifetime->packets.rekey);
 		evc_add_u64(&b, "hard-packets", data->lifetime->packets.life);
+		evc_add_u64(&b, "soft-seconds", data->lifetime->time.rekey);
 		evc_add_u64(&b, "hard-seconds", data->lifetime->time.life);
 	}
 	add_ts_list(&b, "src-ts", data->src_ts);
@@ -306,9 +308,8 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, update_sa, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_sa_id_t *id,
-	kernel_ipsec_update_sa_t *data)
+METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_sa_id_t *id, kernel_ipsec_update_sa_t *data)
 {
 	evc_builder_t b;
 	chunk_t packet;
@@ -334,9 +335,9 @@ METHOD(kernel_ipsec_t, update_sa, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, query_sa, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_sa_id_t *id,
-	kernel_ipsec_query_sa_t *data, uint64_t *bytes, uint64_t *packets, time_t *time)
+METHOD(kernel_ipsec_t, query_sa, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_sa_id_t *id, kernel_ipsec_query_sa_t *data, uint64_t *bytes,
+	   uint64_t *packets, time_t *time)
 {
 	evc_builder_t b;
 	chunk_t packet, response;
@@ -373,9 +374,8 @@ METHOD(kernel_ipsec_t, query_sa, status_t,
 	return SUCCESS;
 }
 
-METHOD(kernel_ipsec_t, del_sa, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_sa_id_t *id,
-	kernel_ipsec_del_sa_t *data)
+METHOD(kernel_ipsec_t, del_sa, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_sa_id_t *id, kernel_ipsec_del_sa_t *data)
 {
 	evc_builder_t b;
 	chunk_t packet;
@@ -393,8 +393,7 @@ METHOD(kernel_ipsec_t, del_sa, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, flush_sas, status_t,
-	private_espgw_kernel_ipsec_t *this)
+METHOD(kernel_ipsec_t, flush_sas, status_t, private_espgw_kernel_ipsec_t *this)
 {
 	evc_builder_t b;
 	chunk_t packet;
@@ -460,9 +459,8 @@ static chunk_t policy_request(const char *command, kernel_ipsec_policy_id_t *id,
 	return evc_finish(&b);
 }
 
-METHOD(kernel_ipsec_t, add_policy, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_policy_id_t *id,
-	kernel_ipsec_manage_policy_t *data)
+METHOD(kernel_ipsec_t, add_policy, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_policy_id_t *id, kernel_ipsec_manage_policy_t *data)
 {
 	chunk_t packet;
 	char key[256];
@@ -470,8 +468,10 @@ METHOD(kernel_ipsec_t, add_policy, status_t,
 
 	if (id->mark.value || id->if_id || id->label)
 	{
-		DBG1(DBG_KNL, "espgw: policy %R === %R refused: marks, interface IDs and labels "
-			 "are not supported", id->src_ts, id->dst_ts);
+		DBG1(DBG_KNL,
+			 "espgw: policy %R === %R refused: marks, interface IDs and labels "
+			 "are not supported",
+			 id->src_ts, id->dst_ts);
 		return NOT_SUPPORTED;
 	}
 	packet = policy_request("add-policy", id, data);
@@ -485,9 +485,8 @@ METHOD(kernel_ipsec_t, add_policy, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, query_policy, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_policy_id_t *id,
-	kernel_ipsec_query_policy_t *data, time_t *use_time)
+METHOD(kernel_ipsec_t, query_policy, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_policy_id_t *id, kernel_ipsec_query_policy_t *data, time_t *use_time)
 {
 	chunk_t packet, response;
 	uint64_t value;
@@ -507,9 +506,8 @@ METHOD(kernel_ipsec_t, query_policy, status_t,
 	return SUCCESS;
 }
 
-METHOD(kernel_ipsec_t, del_policy, status_t,
-	private_espgw_kernel_ipsec_t *this, kernel_ipsec_policy_id_t *id,
-	kernel_ipsec_manage_policy_t *data)
+METHOD(kernel_ipsec_t, del_policy, status_t, private_espgw_kernel_ipsec_t *this,
+	   kernel_ipsec_policy_id_t *id, kernel_ipsec_manage_policy_t *data)
 {
 	chunk_t packet;
 	char key[256];
@@ -523,8 +521,7 @@ METHOD(kernel_ipsec_t, del_policy, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, flush_policies, status_t,
-	private_espgw_kernel_ipsec_t *this)
+METHOD(kernel_ipsec_t, flush_policies, status_t, private_espgw_kernel_ipsec_t *this)
 {
 	evc_builder_t b;
 	chunk_t packet;
@@ -538,22 +535,21 @@ METHOD(kernel_ipsec_t, flush_policies, status_t,
 	return status;
 }
 
-METHOD(kernel_ipsec_t, bypass_socket, bool,
-	private_espgw_kernel_ipsec_t *this, int fd, int family)
+METHOD(kernel_ipsec_t, bypass_socket, bool, private_espgw_kernel_ipsec_t *this, int fd,
+	   int family)
 {
 	/* espgw's own IKE sockets never meet its policies; there is nothing to exempt */
 	return TRUE;
 }
 
-METHOD(kernel_ipsec_t, enable_udp_decap, bool,
-	private_espgw_kernel_ipsec_t *this, int fd, int family, uint16_t port)
+METHOD(kernel_ipsec_t, enable_udp_decap, bool, private_espgw_kernel_ipsec_t *this, int fd,
+	   int family, uint16_t port)
 {
 	/* espgw's port-4500 socket demultiplexes ESP and IKE itself (RFC 3948) */
 	return TRUE;
 }
 
-METHOD(kernel_ipsec_t, destroy, void,
-	private_espgw_kernel_ipsec_t *this)
+METHOD(kernel_ipsec_t, destroy, void, private_espgw_kernel_ipsec_t *this)
 {
 	free(this);
 }
@@ -567,23 +563,22 @@ kernel_ipsec_t *espgw_kernel_ipsec_create(void)
 		return NULL;
 	}
 	INIT(this,
-		.public = {
-			.get_features = _get_features,
-			.get_spi = _get_spi,
-			.get_cpi = _get_cpi,
-			.add_sa = _add_sa,
-			.update_sa = _update_sa,
-			.query_sa = _query_sa,
-			.del_sa = _del_sa,
-			.flush_sas = _flush_sas,
-			.add_policy = _add_policy,
-			.query_policy = _query_policy,
-			.del_policy = _del_policy,
-			.flush_policies = _flush_policies,
-			.bypass_socket = _bypass_socket,
-			.enable_udp_decap = _enable_udp_decap,
-			.destroy = _destroy,
-		},
-	);
+		 .public = {
+			 .get_features = _get_features,
+			 .get_spi = _get_spi,
+			 .get_cpi = _get_cpi,
+			 .add_sa = _add_sa,
+			 .update_sa = _update_sa,
+			 .query_sa = _query_sa,
+			 .del_sa = _del_sa,
+			 .flush_sas = _flush_sas,
+			 .add_policy = _add_policy,
+			 .query_policy = _query_policy,
+			 .del_policy = _del_policy,
+			 .flush_policies = _flush_policies,
+			 .bypass_socket = _bypass_socket,
+			 .enable_udp_decap = _enable_udp_decap,
+			 .destroy = _destroy,
+		 }, );
 	return &this->public;
 }

@@ -10,7 +10,8 @@
 
 typedef struct espgw_plugin_t espgw_plugin_t;
 
-struct espgw_plugin_t {
+struct espgw_plugin_t
+{
 	plugin_t plugin;
 };
 

@@ -8,14 +8,14 @@
 
 typedef struct private_espgw_socket_t private_espgw_socket_t;
 
-struct private_espgw_socket_t {
+struct private_espgw_socket_t
+{
 	socket_t public;
 	uint16_t port;
 	uint16_t natt_port;
 };
 
-METHOD(socket_t, receive, status_t,
-	private_espgw_socket_t *this, packet_t **packet)
+METHOD(socket_t, receive, status_t, private_espgw_socket_t *this, packet_t **packet)
 {
 	*packet = espgw_control->receive_ike(espgw_control);
 	return SUCCESS;
@@ -32,8 +32,7 @@ static void add_endpoint(evc_builder_t *b, const char *address_key, const char *
 	evc_add_u64(b, port_key, host->get_port(host));
 }
 
-METHOD(socket_t, send_, status_t,
-	private_espgw_socket_t *this, packet_t *packet)
+METHOD(socket_t, send_, status_t, private_espgw_socket_t *this, packet_t *packet)
 {
 	host_t *src = packet->get_source(packet), *dst = packet->get_destination(packet);
 	chunk_t request, response, name, message;
@@ -41,7 +40,8 @@ METHOD(socket_t, send_, status_t,
 	uint8_t type;
 	status_t status = FAILED;
 
-	/* espgw adds the non-ESP marker itself when the source port is its NAT-T port */
+	/* charon's sender has added the non-ESP marker for the NAT-T port, and its receiver
+	 * strips it: espgw carries the UDP payload unchanged both ways */
 	evc_begin(&b, EVC_CMD_REQUEST, "ike-send");
 	add_endpoint(&b, "src", "src-port", src);
 	add_endpoint(&b, "dst", "dst-port", dst);
@@ -67,20 +67,17 @@ METHOD(socket_t, send_, status_t,
 	return status;
 }
 
-METHOD(socket_t, get_port, uint16_t,
-	private_espgw_socket_t *this, bool nat_t)
+METHOD(socket_t, get_port, uint16_t, private_espgw_socket_t *this, bool nat_t)
 {
 	return nat_t ? this->natt_port : this->port;
 }
 
-METHOD(socket_t, supported_families, socket_family_t,
-	private_espgw_socket_t *this)
+METHOD(socket_t, supported_families, socket_family_t, private_espgw_socket_t *this)
 {
 	return SOCKET_FAMILY_BOTH;
 }
 
-METHOD(socket_t, destroy, void,
-	private_espgw_socket_t *this)
+METHOD(socket_t, destroy, void, private_espgw_socket_t *this)
 {
 	free(this);
 }
@@ -94,17 +91,18 @@ socket_t *espgw_socket_create(void)
 		return NULL;
 	}
 	INIT(this,
-		.public = {
-			.send = _send_,
-			.receive = _receive,
-			.get_port = _get_port,
-			.supported_families = _supported_families,
-			.destroy = _destroy,
-		},
-		/* the same settings socket-default reads; espgw must listen on these ports */
-		.port = lib->settings->get_int(lib->settings, "%s.port", CHARON_UDP_PORT, lib->ns),
-		.natt_port = lib->settings->get_int(lib->settings, "%s.port_nat_t", CHARON_NATT_PORT,
-											lib->ns),
-	);
+		 .public =
+			 {
+				 .send = _send_,
+				 .receive = _receive,
+				 .get_port = _get_port,
+				 .supported_families = _supported_families,
+				 .destroy = _destroy,
+			 },
+		 /* the same settings socket-default reads; espgw must listen on these ports */
+		 .port =
+			 lib->settings->get_int(lib->settings, "%s.port", CHARON_UDP_PORT, lib->ns),
+		 .natt_port = lib->settings->get_int(lib->settings, "%s.port_nat_t",
+											 CHARON_NATT_PORT, lib->ns), );
 	return &this->public;
 }

@@ -72,7 +72,7 @@ void evc_begin(evc_builder_t *b, uint8_t type, const char *name)
 {
 	static const uint8_t no_length[4];
 
-	*b = (evc_builder_t){ .buf = chunk_empty };
+	*b = (evc_builder_t){.buf = chunk_empty};
 	put(b, no_length, 4);
 	put_u8(b, type);
 	if (name)
@@ -90,7 +90,7 @@ void evc_add_kv(evc_builder_t *b, const char *key, chunk_t value)
 
 void evc_add_str(evc_builder_t *b, const char *key, const char *value)
 {
-	evc_add_kv(b, key, chunk_create((u_char*)value, strlen(value)));
+	evc_add_kv(b, key, chunk_create((u_char *)value, strlen(value)));
 }
 
 void evc_add_u64(evc_builder_t *b, const char *key, uint64_t value)
@@ -217,7 +217,7 @@ static bool take_value(chunk_t *in, chunk_t *value)
 
 bool evc_find(chunk_t message, const char *key, chunk_t *value)
 {
-	chunk_t name, data, wanted = chunk_from_str((char*)key);
+	chunk_t name, data, wanted = chunk_from_str((char *)key);
 	int depth = 0;
 	bool in_list = FALSE, found = FALSE;
 

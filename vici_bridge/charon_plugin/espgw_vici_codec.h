@@ -26,7 +26,8 @@ typedef struct evc_builder_t evc_builder_t;
 
 /* Builds one packet, length prefix included. Errors (a name over 255 bytes, a value over
  * 65535) are remembered and make evc_finish() fail, so callers check once. */
-struct evc_builder_t {
+struct evc_builder_t
+{
 	chunk_t buf;
 	size_t used;
 	bool failed;
@@ -48,8 +49,8 @@ chunk_t evc_finish(evc_builder_t *b);
 
 /* Splits a packet (without its length prefix) into type, name and message. */
 bool evc_parse_packet(chunk_t packet, uint8_t *type, chunk_t *name, chunk_t *message);
-/* The value of a top-level key-value pair. Walks the whole message and returns FALSE if it
- * is malformed or the key is absent. */
+/* The value of a top-level key-value pair. Walks the whole message and returns FALSE if
+ * it is malformed or the key is absent. */
 bool evc_find(chunk_t message, const char *key, chunk_t *value);
 bool evc_find_u64(chunk_t message, const char *key, uint64_t *value);
 /* A response's "success = yes". */

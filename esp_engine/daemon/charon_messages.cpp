@@ -1,0 +1,224 @@
+#include "daemon/charon_messages.h"
+
+#include <cstdio>
+
+#include "crypto/aead.h"
+
+namespace espgw::daemon {
+
+namespace {
+
+// Priorities for charon's policy classes when it sets no manual priority. Lower wins, as
+// in the kernel; the classes keep charon's order (pass before IPsec before trap before
+// fallback drop), and the SPD breaks ties by selector specificity.
+constexpr uint32_t kPassPriority = 100000;
+constexpr uint32_t kDefaultPriority = 200000;
+constexpr uint32_t kRoutedPriority = 300000;
+constexpr uint32_t kFallbackPriority = 400000;
+
+// Errors of one request; the first one wins.
+class Reader {
+ public:
+  explicit Reader(const vici::Message& message) : message_(message) {}
+  const std::string& error() const { return error_; }
+  bool ok() const { return error_.empty(); }
+  void fail(const std::string& message) {
+    if (error_.empty()) error_ = message;
+  }
+
+  std::string text(const char* key) {
+    const std::string* value = message_.value(key);
+    if (!value) fail(std::string("missing '") + key + "'");
+    return value ? *value : std::string();
+  }
+  uint64_t number(const char* key, uint64_t min, uint64_t max) {
+    const auto value = message_.number(key);
+    if (!value || *value < min || *value > max) {
+      fail(std::string("'") + key + "' must be a number from " + std::to_string(min) + " to " +
+           std::to_string(max));
+      return min;
+    }
+    return *value;
+  }
+  uint64_t optional_number(const char* key) {
+    if (!message_.value(key)) return 0;
+    return number(key, 0, UINT64_MAX);
+  }
+  bool flag(const char* key) {
+    if (!message_.value(key)) return false;
+    const auto value = message_.boolean(key);
+    if (!value) fail(std::string("'") + key + "' must be yes or no");
+    return value.value_or(false);
+  }
+  esp::IpAddress address(const char* key) {
+    const std::string value = text(key);
+    const auto parsed = esp::IpAddress::parse(value);
+    if (!parsed && ok()) fail(std::string("'") + key + "' is not an IP address");
+    return parsed.value_or(esp::IpAddress{});
+  }
+  esp::IpPrefix prefix(const char* key, const std::string& value) {
+    const auto parsed = esp::IpPrefix::parse(value);
+    if (!parsed) fail(std::string("'") + key + "' has a bad subnet '" + value + "'");
+    return parsed.value_or(esp::IpPrefix{});
+  }
+  std::vector<esp::IpPrefix> prefixes(const char* key) {
+    std::vector<esp::IpPrefix> out;
+    const auto* items = message_.list(key);
+    if (!items || items->empty()) {
+      fail(std::string("missing list '") + key + "'");
+      return out;
+    }
+    for (const auto& item : *items) out.push_back(prefix(key, item));
+    return out;
+  }
+
+ private:
+  const vici::Message& message_;
+  std::string error_;
+};
+
+xfrm::Direction parse_direction(Reader& reader, const std::string& text) {
+  if (text == "out") return xfrm::Direction::out;
+  if (text == "in") return xfrm::Direction::in;
+  if (text == "fwd") return xfrm::Direction::fwd;
+  reader.fail("'dir' must be in, out or fwd");
+  return xfrm::Direction::out;
+}
+
+}  // namespace
+
+std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
+  char spi_text[16];
+  std::snprintf(spi_text, sizeof spi_text, "%08x", spi);
+  return std::string(spi_text) + "/" + destination.to_string();
+}
+
+std::variant<SaId, std::string> sa_id_from(const vici::Message& request) {
+  Reader reader(request);
+  SaId id;
+  id.spi = static_cast<uint32_t>(reader.number("spi", 1, UINT32_MAX));
+  id.destination = reader.address("dst");
+  if (!reader.ok()) return reader.error();
+  return id;
+}
+
+std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& request) {
+  Reader reader(request);
+  xfrm::SadEntry entry;
+  esp::SaConfig& config = entry.config;
+  config.spi = static_cast<uint32_t>(reader.number("spi", 1, UINT32_MAX));
+  config.tunnel_source = reader.address("src");
+  config.tunnel_destination = reader.address("dst");
+  if (reader.ok() && config.tunnel_source.family != config.tunnel_destination.family)
+    reader.fail("'src' and 'dst' are of different address families");
+  entry.reqid = static_cast<uint32_t>(reader.number("reqid", 0, UINT32_MAX));
+  const bool inbound = reader.flag("inbound");
+  entry.direction = inbound ? xfrm::Direction::in : xfrm::Direction::out;
+
+  const std::string algorithm = reader.text("algorithm");
+  const auto parsed = crypto::parse_algorithm(algorithm);
+  if (!parsed && reader.ok()) reader.fail("unsupported algorithm '" + algorithm + "'");
+  if (parsed) config.algorithm = *parsed;
+  const std::string* key = request.value("key");
+  if (!key) {
+    reader.fail("missing 'key'");
+  } else if (parsed && key->size() != crypto::key_material_length(*parsed)) {
+    reader.fail("key material of " + std::to_string(key->size()) + " bytes; " + algorithm +
+                " needs " + std::to_string(crypto::key_material_length(*parsed)));
+  } else {
+    config.key_material.assign(key->begin(), key->end());
+  }
+  config.esn = reader.flag("esn");
+  // charon's default window is 32; the engine's RFC 6479 bitmap rounds up to 64 and
+  // holds at most 65536 (0 turns replay protection off, as charon's replay_window = 0).
+  config.replay_window = static_cast<uint32_t>(
+      request.value("replay-window") ? reader.number("replay-window", 0, 65536) : 32);
+  if (reader.flag("encap")) {
+    esp::UdpEncapsulation udp;
+    udp.source_port = static_cast<uint16_t>(reader.number("src-port", 1, 65535));
+    udp.destination_port = static_cast<uint16_t>(reader.number("dst-port", 1, 65535));
+    config.udp_encapsulation = udp;
+  }
+  entry.lifetimes.soft_bytes = reader.optional_number("soft-bytes");
+  entry.lifetimes.hard_bytes = reader.optional_number("hard-bytes");
+  entry.lifetimes.soft_packets = reader.optional_number("soft-packets");
+  entry.lifetimes.hard_packets = reader.optional_number("hard-packets");
+  entry.lifetimes.soft_seconds = reader.optional_number("soft-seconds");
+  entry.lifetimes.hard_seconds = reader.optional_number("hard-seconds");
+
+  if (inbound) {
+    // RFC 4301 5.2: a decrypted packet must come from src-ts and go to dst-ts.
+    const auto sources = reader.prefixes("src-ts");
+    const auto destinations = reader.prefixes("dst-ts");
+    for (const auto& source : sources)
+      for (const auto& destination : destinations)
+        if (source.address.family == destination.address.family)
+          config.selectors.push_back({source, destination});
+  }
+  if (!reader.ok()) return reader.error();
+  return entry;
+}
+
+std::variant<PolicyRequest, std::string> policy_from(const vici::Message& request,
+                                                     bool with_action) {
+  Reader reader(request);
+  PolicyRequest out;
+  xfrm::Policy& policy = out.policy;
+  policy.direction = parse_direction(reader, reader.text("dir"));
+  const std::string source_text = reader.text("src-net");
+  const std::string destination_text = reader.text("dst-net");
+  const esp::IpPrefix source = reader.prefix("src-net", source_text);
+  const esp::IpPrefix destination = reader.prefix("dst-net", destination_text);
+  const auto protocol = static_cast<uint8_t>(reader.number("src-proto", 0, 255));
+  xfrm::PortRange source_ports{static_cast<uint16_t>(reader.number("src-port-from", 0, 65535)),
+                               static_cast<uint16_t>(reader.number("src-port-to", 0, 65535))};
+  xfrm::PortRange destination_ports{static_cast<uint16_t>(reader.number("dst-port-from", 0, 65535)),
+                                    static_cast<uint16_t>(reader.number("dst-port-to", 0, 65535))};
+  if (reader.ok() && source.address.family != destination.address.family)
+    reader.fail("'src-net' and 'dst-net' are of different address families");
+  // Selectors are named from this gateway's side: an out policy's source is local, an in
+  // or fwd policy's source is the remote network.
+  const bool outbound = policy.direction == xfrm::Direction::out;
+  policy.selector.local = outbound ? source : destination;
+  policy.selector.remote = outbound ? destination : source;
+  policy.selector.local_ports = outbound ? source_ports : destination_ports;
+  policy.selector.remote_ports = outbound ? destination_ports : source_ports;
+  policy.selector.protocol = protocol;
+  out.key = std::string(xfrm::direction_name(policy.direction)) + " " + source_text + " " +
+            std::to_string(source_ports.first) + "-" + std::to_string(source_ports.last) + " " +
+            destination_text + " " + std::to_string(destination_ports.first) + "-" +
+            std::to_string(destination_ports.last) + " proto " + std::to_string(protocol);
+
+  if (with_action) {
+    const std::string action = reader.text("action");
+    if (action == "protect")
+      policy.action = xfrm::PolicyAction::protect;
+    else if (action == "bypass")
+      policy.action = xfrm::PolicyAction::bypass;
+    else if (action == "discard")
+      policy.action = xfrm::PolicyAction::discard;
+    else if (reader.ok())
+      reader.fail("'action' must be protect, bypass or discard");
+    policy.reqid = static_cast<uint32_t>(reader.optional_number("reqid"));
+    if (policy.action == xfrm::PolicyAction::protect && policy.reqid == 0 && reader.ok())
+      reader.fail("a protect policy needs a reqid");
+    const uint64_t manual = reader.optional_number("manual-priority");
+    const std::string priority_class =
+        request.value("priority-class") ? *request.value("priority-class") : "default";
+    if (manual > UINT32_MAX) reader.fail("'manual-priority' out of range");
+    if (manual != 0)
+      policy.priority = static_cast<uint32_t>(manual);
+    else if (priority_class == "pass")
+      policy.priority = kPassPriority;
+    else if (priority_class == "routed")
+      policy.priority = kRoutedPriority;
+    else if (priority_class == "fallback")
+      policy.priority = kFallbackPriority;
+    else
+      policy.priority = kDefaultPriority;
+  }
+  if (!reader.ok()) return reader.error();
+  return out;
+}
+
+}  // namespace espgw::daemon

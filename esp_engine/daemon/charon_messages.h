@@ -1,0 +1,42 @@
+// What the charon plugin (vici_bridge/charon_plugin) sends, turned into the SAD and SPD
+// records the gateway installs. Pure translation, so that every malformed or unsupported
+// request gets a precise error without touching the gateway. The message keys are
+// documented in docs/strongswan.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "esp/ip_address.h"
+#include "vici_bridge/vici_message.h"
+#include "xfrm/sad.h"
+#include "xfrm/spd.h"
+
+namespace espgw::daemon {
+
+// An SA's identity as charon names it: SPI (host order) and destination address.
+struct SaId {
+  uint32_t spi = 0;
+  esp::IpAddress destination;
+  bool operator==(const SaId&) const = default;
+};
+
+// A policy and the key charon's identical add/del calls share: direction and selectors.
+// charon adds the same policy once per CHILD_SA that uses it, so the gateway counts them.
+struct PolicyRequest {
+  std::string key;
+  xfrm::Policy policy;  // id left 0: the caller numbers policies
+};
+
+// Each returns the record, or an error message for the plugin (never key material).
+std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& request);
+std::variant<SaId, std::string> sa_id_from(const vici::Message& request);
+// `with_action`: add-policy carries action, priority and reqid; del and query don't.
+std::variant<PolicyRequest, std::string> policy_from(const vici::Message& request,
+                                                     bool with_action);
+
+// "spi/destination", the key SAs are stored under.
+std::string sa_key(uint32_t spi, const esp::IpAddress& destination);
+
+}  // namespace espgw::daemon

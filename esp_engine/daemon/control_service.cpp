@@ -1,0 +1,399 @@
+#include "daemon/control_service.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <variant>
+
+#include "daemon/charon_messages.h"
+#include "daemon/log.h"
+
+namespace espgw::daemon {
+
+namespace {
+
+// SPIs handed out by get-spi, in the range charon's kernel-netlink uses by default.
+constexpr uint32_t kSpiMin = 0xc0000000;
+constexpr uint32_t kSpiMax = 0xcfffffff;
+// A reserved SPI not used by an add-sa within this time is given back, like the kernel's
+// larval SAs.
+constexpr auto kSpiReservation = std::chrono::seconds(60);
+
+uint64_t random_u64() {
+  uint64_t value = 0;
+  if (getrandom(&value, sizeof value, 0) != sizeof value)
+    value = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  return value;
+}
+
+vici::Message success() {
+  vici::Message message;
+  message.set_bool("success", true);
+  return message;
+}
+
+// strongSwan's convention; the plugin maps "not found" and "not supported" to status codes.
+vici::Message failure(const std::string& why) {
+  vici::Message message;
+  message.set_bool("success", false);
+  message.set("errmsg", why);
+  return message;
+}
+
+std::string spi_text(uint32_t spi) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", spi);
+  return text;
+}
+
+void add_counters(vici::Section& section, const char* name, const NamedCounters& counters) {
+  auto& child = section.add_section(name);
+  for (const auto& [counter, value] : counters) child.set(counter, value);
+}
+
+}  // namespace
+
+ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
+    : gateway_(gateway), server_(socket_path), instance_(random_u64() >> 1) {
+  auto on = [this](const char* command, auto method) {
+    server_.handle(command, [this, method](const Message& request, ConnectionId) {
+      return (this->*method)(request);
+    });
+  };
+  auto on_plain = [this](const char* command, Message (ControlService::*method)()) {
+    server_.handle(command,
+                   [this, method](const Message&, ConnectionId) { return (this->*method)(); });
+  };
+  on("hello", &ControlService::hello);
+  on("get-spi", &ControlService::get_spi);
+  on("add-sa", &ControlService::add_sa);
+  on("update-sa", &ControlService::update_sa);
+  on("query-sa", &ControlService::query_sa);
+  on("del-sa", &ControlService::del_sa);
+  on_plain("flush-sas", &ControlService::flush_sas);
+  on("add-policy", &ControlService::add_policy);
+  on("del-policy", &ControlService::del_policy);
+  on("query-policy", &ControlService::query_policy);
+  on_plain("flush-policies", &ControlService::flush_policies);
+  on("ike-send", &ControlService::ike_send);
+  on_plain("list-sas", &ControlService::list_sas);
+  on_plain("list-policies", &ControlService::list_policies);
+  on_plain("stats", &ControlService::stats);
+  server_.declare_event("ike-packet");
+  server_.declare_event("sa-expire");
+
+  gateway_.on_ike([this](std::span<const uint8_t> ike, const esp::IpAddress& peer,
+                         uint16_t peer_port,
+                         uint16_t local_port) { publish_ike(ike, peer, peer_port, local_port); });
+  gateway_.on_expire([this](uint32_t spi, const esp::IpAddress& destination, bool hard) {
+    publish_expire(spi, destination, hard);
+  });
+}
+
+ControlService::~ControlService() {
+  stop();
+}
+
+void ControlService::start() {
+  server_.start();
+  log(LogLevel::info, "control socket %s ready", server_.path().c_str());
+}
+
+void ControlService::stop() {
+  server_.stop();
+}
+
+vici::Message ControlService::hello(const Message& request) {
+  const std::string* instance = request.value("charon-instance");
+  if (!instance || instance->empty() || instance->size() > 64)
+    return failure("missing 'charon-instance'");
+  std::lock_guard lock(mutex_);
+  if (*instance != charon_instance_) {
+    // A charon we did not know: if another one installed SAs before, it is gone (a
+    // restart) and nobody will ever delete or rekey what it left.
+    if (!charon_instance_.empty()) forget_charon_state_locked("charon restarted");
+    charon_instance_ = *instance;
+    log(LogLevel::info, "charon attached to the control socket");
+  }
+  Message response = success();
+  response.set("espgw-instance", instance_);
+  return response;
+}
+
+void ControlService::forget_charon_state_locked(const char* why) {
+  if (sas_.empty() && policies_.empty()) return;
+  log(LogLevel::warn, "%s: removing %zu stale SAs and %zu policies it had installed", why,
+      sas_.size(), policies_.size());
+  sas_.clear();
+  policies_.clear();
+  push_to_gateway_locked();
+}
+
+void ControlService::push_to_gateway_locked() {
+  xfrm::StaticConfig config;
+  for (const auto& [key, entry] : sas_) config.sas.push_back(entry);
+  for (const auto& [key, entry] : policies_) config.policies.push_back(entry.policy);
+  gateway_.set_dynamic(std::move(config));
+}
+
+vici::Message ControlService::get_spi(const Message&) {
+  std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(reserved_spis_, [&](const auto& reservation) {
+    return now - reservation.second > kSpiReservation;
+  });
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const uint32_t spi = kSpiMin + static_cast<uint32_t>(random_u64() % (kSpiMax - kSpiMin + 1));
+    if (reserved_spis_.count(spi) || gateway_.spi_in_use(spi)) continue;
+    reserved_spis_[spi] = now;
+    Message response = success();
+    response.set("spi", spi);
+    return response;
+  }
+  return failure("no free SPI");
+}
+
+vici::Message ControlService::add_sa(const Message& request) {
+  auto parsed = sa_from_add_sa(request);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    log(LogLevel::warn, "add-sa refused: %s", error->c_str());
+    return failure(*error);
+  }
+  auto& entry = std::get<xfrm::SadEntry>(parsed);
+  auto& window = entry.config.replay_window;
+  if (window != 0) window = std::max(window, gateway_.config().min_replay_window);
+  std::lock_guard lock(mutex_);
+  const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
+  reserved_spis_.erase(entry.config.spi);
+  if (entry.direction == xfrm::Direction::in && !sas_.count(key) &&
+      gateway_.spi_in_use(entry.config.spi))
+    return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
+  sas_[key] = std::move(entry);
+  push_to_gateway_locked();
+  return success();
+}
+
+vici::Message ControlService::update_sa(const Message&) {
+  // Moving an SA to new addresses or encapsulation would need its sequence number and
+  // replay window carried over; charon rekeys instead when told "not supported".
+  return failure("not supported");
+}
+
+vici::Message ControlService::query_sa(const Message& request) {
+  auto parsed = sa_id_from(request);
+  if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
+  const auto& id = std::get<SaId>(parsed);
+  const auto usage = gateway_.sa_usage(id.spi, id.destination);
+  if (!usage) return failure("not found");
+  Message response = success();
+  response.set("bytes", usage->bytes);
+  response.set("packets", usage->packets);
+  if (usage->idle_ms) response.set("idle-ms", *usage->idle_ms);
+  return response;
+}
+
+vici::Message ControlService::del_sa(const Message& request) {
+  auto parsed = sa_id_from(request);
+  if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
+  const auto& id = std::get<SaId>(parsed);
+  std::lock_guard lock(mutex_);
+  if (!sas_.erase(sa_key(id.spi, id.destination))) return failure("not found");
+  push_to_gateway_locked();
+  return success();
+}
+
+vici::Message ControlService::flush_sas() {
+  std::lock_guard lock(mutex_);
+  sas_.clear();
+  push_to_gateway_locked();
+  return success();
+}
+
+vici::Message ControlService::add_policy(const Message& request) {
+  auto parsed = policy_from(request, true);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    log(LogLevel::warn, "add-policy refused: %s", error->c_str());
+    return failure(*error);
+  }
+  auto& policy = std::get<PolicyRequest>(parsed);
+  std::lock_guard lock(mutex_);
+  auto& entry = policies_[policy.key];
+  // A second CHILD_SA with the same selectors shares the policy: count it, and let the
+  // newest installation's action and reqid win, as kernel-netlink does.
+  policy.policy.id = entry.references ? entry.policy.id : next_policy_id_++;
+  entry.policy = policy.policy;
+  ++entry.references;
+  push_to_gateway_locked();
+  return success();
+}
+
+vici::Message ControlService::del_policy(const Message& request) {
+  auto parsed = policy_from(request, false);
+  if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
+  std::lock_guard lock(mutex_);
+  auto entry = policies_.find(std::get<PolicyRequest>(parsed).key);
+  if (entry == policies_.end()) return failure("not found");
+  if (--entry->second.references == 0) {
+    policies_.erase(entry);
+    push_to_gateway_locked();
+  }
+  return success();
+}
+
+vici::Message ControlService::query_policy(const Message& request) {
+  auto parsed = policy_from(request, false);
+  if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
+  xfrm::Policy policy;
+  {
+    std::lock_guard lock(mutex_);
+    auto entry = policies_.find(std::get<PolicyRequest>(parsed).key);
+    if (entry == policies_.end()) return failure("not found");
+    policy = entry->second.policy;
+  }
+  Message response = success();
+  // A policy is used when its SAs are: the freshest SA of its group and direction.
+  const auto direction =
+      policy.direction == xfrm::Direction::out ? xfrm::Direction::out : xfrm::Direction::in;
+  if (const auto idle = gateway_.group_idle_ms(direction, policy.reqid))
+    response.set("idle-ms", *idle);
+  return response;
+}
+
+vici::Message ControlService::flush_policies() {
+  std::lock_guard lock(mutex_);
+  policies_.clear();
+  push_to_gateway_locked();
+  return success();
+}
+
+vici::Message ControlService::ike_send(const Message& request) {
+  const auto source_port = request.number("src-port");
+  const auto destination_port = request.number("dst-port");
+  const std::string* destination = request.value("dst");
+  const std::string* data = request.value("data");
+  const auto peer = destination ? esp::IpAddress::parse(*destination) : std::nullopt;
+  if (!source_port || *source_port > 65535 || !destination_port || *destination_port == 0 ||
+      *destination_port > 65535 || !peer || !data || data->empty())
+    return failure("ike-send needs src-port, dst, dst-port and data");
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data->data());
+  if (!gateway_.send_ike(static_cast<uint16_t>(*source_port), *peer,
+                         static_cast<uint16_t>(*destination_port), {bytes, data->size()}))
+    return failure("espgw has no IKE socket on port " + std::to_string(*source_port) +
+                   " for that address family, or the send failed");
+  return success();
+}
+
+void ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer,
+                                 uint16_t peer_port, uint16_t local_port) {
+  Message event;
+  event.set("src", peer.to_string());
+  event.set("src-port", peer_port);
+  event.set("dst", gateway_.local_address().to_string());
+  event.set("dst-port", local_port);
+  event.set("data", std::string_view(reinterpret_cast<const char*>(ike.data()), ike.size()));
+  if (server_.publish("ike-packet", event) == 0)
+    log(LogLevel::debug, "IKE packet from %s dropped: no charon attached",
+        peer.to_string().c_str());
+}
+
+void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!sas_.count(sa_key(spi, destination))) return;  // a static SA: nobody to rekey it
+  }
+  Message event;
+  event.set("spi", spi);
+  event.set("dst", destination.to_string());
+  event.set_bool("hard", hard);
+  if (server_.publish("sa-expire", event) == 0)
+    log(LogLevel::warn, "SA %s reached its %s lifetime but no charon is attached to rekey it",
+        spi_text(spi).c_str(), hard ? "hard" : "soft");
+}
+
+vici::Message ControlService::list_sas() {
+  const GatewayStatus status = gateway_.status();
+  std::lock_guard lock(mutex_);
+  Message response = success();
+  auto& sas = response.add_section("sas");
+  for (const auto& sa : status.sas) {
+    auto& section = sas.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
+    section.set("spi", spi_text(sa.spi));
+    section.set("direction", xfrm::direction_name(sa.direction));
+    section.set("origin", sas_.count(sa_key(sa.spi, sa.destination)) ? "charon" : "static");
+    section.set("src", sa.source.to_string());
+    section.set("dst", sa.destination.to_string());
+    section.set("algorithm", sa.algorithm);
+    section.set("encap", sa.udp_encapsulation ? "udp" : "esp");
+    section.set_bool("esn", sa.esn);
+    section.set("reqid", sa.reqid);
+    section.set("packets", sa.packets);
+    section.set("bytes", sa.bytes);
+    if (sa.idle_ms) section.set("idle-ms", *sa.idle_ms);
+    section.set("lifetime", sa.lifetime);
+    section.set("age-seconds", sa.age_seconds);
+    if (sa.direction == xfrm::Direction::out) {
+      section.set("in-flight", static_cast<uint64_t>(sa.in_flight));
+    } else {
+      section.set("reorder-late", sa.late);
+      section.set("reorder-skipped", sa.skipped);
+    }
+    add_counters(section, "drops", sa.drops);
+  }
+  auto& groups = response.add_section("groups");
+  for (const auto& group : status.groups) {
+    std::vector<std::string> members;
+    for (uint32_t spi : group.member_spis) members.push_back(spi_text(spi));
+    groups.add_section(std::to_string(group.reqid)).set_list("members", std::move(members));
+  }
+  return response;
+}
+
+vici::Message ControlService::list_policies() {
+  const GatewayStatus status = gateway_.status();
+  Message response = success();
+  auto& policies = response.add_section("policies");
+  static const char* const kActions[] = {"protect", "bypass", "discard"};
+  for (const auto& policy : status.policies) {
+    auto& section = policies.add_section(std::to_string(policy.id));
+    section.set("direction", xfrm::direction_name(policy.direction));
+    section.set("local", policy.selector.local.to_string());
+    section.set("remote", policy.selector.remote.to_string());
+    section.set("protocol", policy.selector.protocol);
+    section.set("priority", policy.priority);
+    section.set("action", kActions[static_cast<size_t>(policy.action)]);
+    section.set("reqid", policy.reqid);
+  }
+  return response;
+}
+
+vici::Message ControlService::stats() {
+  const GatewayStatus status = gateway_.status();
+  Message response = success();
+  response.set("tun", status.tun_name);
+  response.set("tunnel-mtu", status.tunnel_mtu);
+  response.set("crypto-backend", status.crypto_backend);
+  {
+    std::lock_guard lock(mutex_);
+    response.set_bool("charon-attached", !charon_instance_.empty());
+  }
+  add_counters(response, "gateway-drops", status.gateway_drops);
+  add_counters(response, "engine-drops", status.engine_drops);
+  add_counters(response, "wan", status.wan);
+  auto& workers = response.add_section("workers");
+  for (size_t i = 0; i < status.worker_packets.size(); ++i)
+    workers.set(std::to_string(i), status.worker_packets[i]);
+  const auto control = server_.stats();
+  auto& socket = response.add_section("control-socket");
+  socket.set("connections", control.connections_accepted);
+  socket.set("refused", control.connections_refused);
+  socket.set("malformed", control.malformed_packets);
+  socket.set("slow-clients-dropped", control.slow_clients_dropped);
+  socket.set("commands", control.commands);
+  socket.set("unknown-commands", control.unknown_commands);
+  return response;
+}
+
+}  // namespace espgw::daemon

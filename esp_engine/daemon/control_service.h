@@ -1,0 +1,78 @@
+// espgw's control socket: the VICI commands of the charon plugin (SAs, policies, IKE
+// packets; vici_bridge/charon_plugin) and of espgwctl (status), on one root-only unix
+// socket. It keeps charon's SAs and policies (policies with charon's reference counts)
+// and hands the gateway the whole set after each change. docs/strongswan.md lists the
+// commands and events.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "daemon/gateway.h"
+#include "vici_bridge/vici_server.h"
+#include "xfrm/static_file.h"
+
+namespace espgw::daemon {
+
+class ControlService {
+ public:
+  // Binds the socket (mode 0600) and hooks into the gateway's IKE and expiry callbacks;
+  // throws std::system_error if the socket can't be bound.
+  ControlService(Gateway& gateway, const std::string& socket_path);
+  ~ControlService();
+  ControlService(const ControlService&) = delete;
+  ControlService& operator=(const ControlService&) = delete;
+
+  void start();
+  void stop();
+
+ private:
+  using Message = vici::Message;
+  using ConnectionId = vici::Server::ConnectionId;
+
+  // charon plugin
+  Message hello(const Message& request);
+  Message get_spi(const Message& request);
+  Message add_sa(const Message& request);
+  Message update_sa(const Message& request);
+  Message query_sa(const Message& request);
+  Message del_sa(const Message& request);
+  Message flush_sas();
+  Message add_policy(const Message& request);
+  Message del_policy(const Message& request);
+  Message query_policy(const Message& request);
+  Message flush_policies();
+  Message ike_send(const Message& request);
+  // espgwctl
+  Message list_sas();
+  Message list_policies();
+  Message stats();
+
+  void publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
+                   uint16_t local_port);
+  void publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard);
+  // Gives the gateway charon's current SAs and policies. Caller holds mutex_.
+  void push_to_gateway_locked();
+  void forget_charon_state_locked(const char* why);
+
+  Gateway& gateway_;
+  vici::Server server_;
+  const uint64_t instance_;  // tells the plugin whether espgw restarted
+
+  std::mutex mutex_;  // the state below; handlers run on the server thread, expiry elsewhere
+  std::string charon_instance_;
+  std::map<std::string, xfrm::SadEntry> sas_;  // by sa_key(spi, destination)
+  struct PolicyEntry {
+    xfrm::Policy policy;
+    unsigned references = 0;
+  };
+  std::map<std::string, PolicyEntry> policies_;
+  std::map<uint32_t, std::chrono::steady_clock::time_point> reserved_spis_;
+  uint32_t next_policy_id_ = 1u << 24;  // static-file policies are numbered from 1
+};
+
+}  // namespace espgw::daemon

@@ -1,0 +1,223 @@
+// The gateway's side of the control path: status and usage queries for charon and
+// espgwctl, and the IKE packets espgw carries for charon (it owns UDP 500 and 4500).
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <array>
+
+#include "daemon/charon_messages.h"
+#include "daemon/gateway.h"
+#include "daemon/gateway_entries.h"
+#include "daemon/log.h"
+#include "esp/drop_reason.h"
+
+namespace espgw::daemon {
+
+namespace {
+
+constexpr int kIkePollMs = 100;
+
+std::optional<uint64_t> idle_ms(const LifetimeTracking& tracking,
+                                std::chrono::steady_clock::time_point now) {
+  if (tracking.packets_seen == 0) return std::nullopt;
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - tracking.last_used).count());
+}
+
+NamedCounters nonzero_drops(const esp::DropCounters& counters) {
+  NamedCounters out;
+  for (size_t i = 1; i < esp::kDropReasonCount; ++i) {
+    const auto reason = static_cast<esp::DropReason>(i);
+    if (const uint64_t n = counters.drops(reason))
+      out.emplace_back(std::string(esp::drop_reason_name(reason)), n);
+  }
+  return out;
+}
+
+const char* lifetime_name(xfrm::LifetimeState state) {
+  switch (state) {
+    case xfrm::LifetimeState::none:
+      return "none";
+    case xfrm::LifetimeState::soft:
+      return "soft";
+    case xfrm::LifetimeState::hard:
+      return "hard";
+  }
+  return "?";
+}
+
+// The address and port of a peer as recvmmsg reported it.
+bool peer_of(const sockaddr_storage& peer, esp::IpAddress& address, uint16_t& port) {
+  if (peer.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(peer);
+    address = esp::IpAddress::v4(reinterpret_cast<const uint8_t*>(&in.sin_addr));
+    port = ntohs(in.sin_port);
+    return true;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(peer);
+    address = esp::IpAddress::v6(in6.sin6_addr.s6_addr);
+    port = ntohs(in6.sin6_port);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<Gateway::SaUsage> Gateway::sa_usage(uint32_t spi,
+                                                  const esp::IpAddress& destination) const {
+  std::lock_guard lock(control_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  const std::string key = sa_key(spi, destination);
+  auto usage = [&](const auto& entry) {
+    const auto& counters = entry.sa->counters();
+    return SaUsage{counters.bytes(), counters.packets(), idle_ms(entry.lifetime, now)};
+  };
+  if (auto out = outbound_.find(key); out != outbound_.end()) return usage(*out->second);
+  if (auto in = inbound_.find(key); in != inbound_.end()) return usage(*in->second);
+  return std::nullopt;
+}
+
+std::optional<uint64_t> Gateway::group_idle_ms(xfrm::Direction direction, uint32_t reqid) const {
+  std::lock_guard lock(control_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<uint64_t> best;
+  auto consider = [&](const auto& entries) {
+    for (const auto& [key, entry] : entries) {
+      if (entry->entry.reqid != reqid) continue;
+      if (const auto idle = idle_ms(entry->lifetime, now); idle && (!best || *idle < *best))
+        best = idle;
+    }
+  };
+  if (direction == xfrm::Direction::out)
+    consider(outbound_);
+  else
+    consider(inbound_);
+  return best;
+}
+
+bool Gateway::spi_in_use(uint32_t spi) const {
+  std::lock_guard lock(control_mutex_);
+  return std::any_of(inbound_.begin(), inbound_.end(),
+                     [&](const auto& entry) { return entry.second->entry.config.spi == spi; });
+}
+
+GatewayStatus Gateway::status() const {
+  std::lock_guard lock(control_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  GatewayStatus status;
+  status.tun_name = tun_->name();
+  status.tunnel_mtu = tunnel_mtu_;
+  status.crypto_backend = config_.crypto_backend;
+  auto describe = [&](const auto& entry, xfrm::Direction direction) {
+    SaStatus sa;
+    const esp::SaConfig& config = entry.entry.config;
+    sa.spi = config.spi;
+    sa.direction = direction;
+    sa.source = config.tunnel_source;
+    sa.destination = config.tunnel_destination;
+    sa.algorithm = std::string(crypto::algorithm_name(config.algorithm));
+    sa.udp_encapsulation = config.udp_encapsulation.has_value();
+    sa.esn = config.esn;
+    sa.reqid = entry.entry.reqid;
+    const auto& counters = entry.sa->counters();
+    sa.packets = counters.packets();
+    sa.bytes = counters.bytes();
+    sa.drops = nonzero_drops(counters);
+    sa.idle_ms = idle_ms(entry.lifetime, now);
+    sa.lifetime = lifetime_name(entry.lifetime.reported);
+    sa.age_seconds = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(now - entry.lifetime.added_at).count());
+    return sa;
+  };
+  for (const auto& [key, entry] : outbound_) {
+    SaStatus sa = describe(*entry, xfrm::Direction::out);
+    sa.in_flight = entry->channel->in_flight();
+    status.sas.push_back(std::move(sa));
+  }
+  for (const auto& [key, entry] : inbound_) {
+    SaStatus sa = describe(*entry, xfrm::Direction::in);
+    const auto reorder = entry->channel->release().stats();
+    sa.late = reorder.late;
+    sa.skipped = reorder.skipped;
+    status.sas.push_back(std::move(sa));
+  }
+  const auto forwarding = forwarding_.load();
+  for (const auto& [reqid, group] : forwarding->groups) {
+    GroupStatus g{reqid, {}};
+    for (uint64_t member : group->member_keys())
+      g.member_spis.push_back(static_cast<uint32_t>(member));
+    std::sort(g.member_spis.begin(), g.member_spis.end());
+    status.groups.push_back(std::move(g));
+  }
+  status.policies = forwarding->spd.list();
+  const auto g = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  status.gateway_drops = {{"no-policy", g(counters_.no_policy)},
+                          {"policy-discard", g(counters_.policy_discard)},
+                          {"no-sa", g(counters_.no_sa)},
+                          {"not-ip", g(counters_.not_ip)},
+                          {"ike-no-charon", g(counters_.ike_dropped)},
+                          {"wan-send-failed", g(counters_.wan_send_failed)},
+                          {"tun-write-failed", g(counters_.tun_write_failed)},
+                          {"tun-bad-offload", g(counters_.tun_bad_offload)}};
+  status.engine_drops = nonzero_drops(pipeline_->engine_counters());
+  for (size_t i = 0; i < udp_sockets_.size(); ++i) {
+    const auto wan = udp_sockets_[i]->stats();
+    const std::string prefix = "udp" + std::to_string(i) + "-";
+    status.wan.emplace_back(prefix + "kernel-drops", wan.kernel_drops);
+    status.wan.emplace_back(prefix + "gro-batches", wan.gro_batches);
+    status.wan.emplace_back(prefix + "gro-datagrams", wan.gro_datagrams);
+    status.wan.emplace_back(prefix + "oversize", wan.oversize);
+  }
+  if (raw_socket_) {
+    const auto wan = raw_socket_->stats();
+    status.wan.emplace_back("raw-kernel-drops", wan.kernel_drops);
+    status.wan.emplace_back("raw-oversize", wan.oversize);
+  }
+  for (const auto& load : pipeline_->worker_load()) status.worker_packets.push_back(load.packets);
+  return status;
+}
+
+void Gateway::deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer,
+                          uint16_t local_port) {
+  esp::IpAddress address;
+  uint16_t port = 0;
+  if (!ike_handler_ || ike.empty() || !peer_of(peer, address, port)) {
+    counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  ike_handler_(ike, address, port, local_port);
+}
+
+bool Gateway::send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,
+                       std::span<const uint8_t> ike) {
+  if (ike.empty() || ike.size() > 65000 || peer.family != config_.local_address.family)
+    return false;
+  // charon's sender has already put the RFC 3948 non-ESP marker in front of IKE for the
+  // NAT-T port, as it does for socket-default: the bytes go out as they are.
+  const io::WanSocket* socket = nullptr;
+  if (local_port == config_.udp_port && !udp_sockets_.empty())
+    socket = udp_sockets_.front().get();
+  else if (ike_socket_ && local_port == config_.ike_port)
+    socket = ike_socket_.get();
+  else
+    return false;
+  sockaddr_storage address{};
+  const socklen_t length = io::WanSocket::make_peer(peer, peer_port, address);
+  const io::Outgoing packet{ike.data(), ike.size(), &address, length};
+  return socket->send({&packet, 1}) == 1;
+}
+
+void Gateway::ike_reader() {
+  esp::PacketBuffer buffer(65536 + esp::PacketBuffer::kDefaultHeadroom);
+  while (running_.load(std::memory_order_relaxed)) {
+    io::Datagram datagram;
+    buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
+    datagram.buffer = &buffer;
+    if (ike_socket_->receive({&datagram, 1}, kIkePollMs) != 1) continue;
+    deliver_ike(buffer.bytes(), datagram.peer, config_.ike_port);
+  }
+}
+
+}  // namespace espgw::daemon

@@ -1,0 +1,42 @@
+// The gateway's record of each installed SA: the SAD entry it came from, the engine's SA,
+// its pipeline channel and lifetime tracking. Private to the gateway's own files
+// (gateway.cpp installs them, gateway_control.cpp reports on them).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "daemon/gateway.h"
+#include "esp/security_association.h"
+#include "pipeline/channels.h"
+#include "xfrm/lifetime.h"
+#include "xfrm/sad.h"
+
+namespace espgw::daemon {
+
+// When an SA was installed, when it last carried a packet, and how far through its
+// lifetime it is. Updated by enforce_lifetimes every 100 ms, so idle times have that
+// resolution and the data path pays nothing for them.
+struct LifetimeTracking {
+  std::chrono::steady_clock::time_point added_at = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_used{};
+  uint64_t packets_seen = 0;
+  xfrm::LifetimeState reported = xfrm::LifetimeState::none;
+};
+
+struct Gateway::OutboundEntry {
+  xfrm::SadEntry entry;
+  LifetimeTracking lifetime;
+  std::shared_ptr<esp::OutboundSa> sa;
+  std::shared_ptr<WanSink> sink;
+  std::shared_ptr<pipeline::OutboundChannel> channel;
+};
+
+struct Gateway::InboundEntry {
+  xfrm::SadEntry entry;
+  LifetimeTracking lifetime;
+  std::shared_ptr<esp::InboundSa> sa;
+  std::shared_ptr<pipeline::InboundChannel> channel;
+};
+
+}  // namespace espgw::daemon

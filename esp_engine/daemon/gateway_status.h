@@ -1,0 +1,58 @@
+// A snapshot of the gateway's state for espgwctl and the control socket: SAs with their
+// counters and drop reasons, ECMP groups, policies, gateway-level drops and per-worker
+// load. Plain data, no key material.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "esp/ip_address.h"
+#include "xfrm/direction.h"
+#include "xfrm/spd.h"
+
+namespace espgw::daemon {
+
+using NamedCounters = std::vector<std::pair<std::string, uint64_t>>;
+
+struct SaStatus {
+  uint32_t spi = 0;
+  xfrm::Direction direction = xfrm::Direction::out;
+  esp::IpAddress source;
+  esp::IpAddress destination;
+  std::string algorithm;
+  bool udp_encapsulation = false;
+  bool esn = false;
+  uint32_t reqid = 0;
+  uint64_t packets = 0;
+  uint64_t bytes = 0;
+  NamedCounters drops;              // reasons with a non-zero count
+  std::optional<uint64_t> idle_ms;  // since the SA last carried a packet; none yet if empty
+  std::string lifetime;             // none, soft or hard (hard: out of service)
+  uint64_t age_seconds = 0;
+  size_t in_flight = 0;  // outbound: packets between sequence number and send
+  uint64_t late = 0;     // inbound: released after their gap was skipped
+  uint64_t skipped = 0;  // inbound: gaps the reorder buffer gave up on
+};
+
+struct GroupStatus {
+  uint32_t reqid = 0;
+  std::vector<uint32_t> member_spis;  // outbound SAs that flows are hashed over
+};
+
+struct GatewayStatus {
+  std::string tun_name;
+  unsigned tunnel_mtu = 0;
+  std::string crypto_backend;
+  std::vector<SaStatus> sas;
+  std::vector<GroupStatus> groups;
+  std::vector<xfrm::Policy> policies;
+  NamedCounters gateway_drops;
+  NamedCounters engine_drops;
+  NamedCounters wan;  // socket-level counters (kernel drops, GRO)
+  std::vector<uint64_t> worker_packets;
+};
+
+}  // namespace espgw::daemon

@@ -1,0 +1,181 @@
+# Shared by tests/charon/charon_site_to_site.sh and tools/site_to_site_demo.sh: two charons
+# and two espgw gateways in the four-namespace topology of tests/netns/lib.sh, the tunnel
+# managed with swanctl. The caller sets ESPGW, ESPGWCTL and PLUGIN (libstrongswan-espgw.so)
+# and sources tests/netns/lib.sh first.
+#
+# Each charon runs in its gateway's network namespace and in a private mount namespace
+# with its own /run (charon's pid file path is compiled in). The espgw plugin is loaded
+# with LD_PRELOAD, so nothing is installed on the system: charon finds a plugin's create
+# function in the process before it searches the plugin directory (GUIDE 4.3).
+
+CHARON=/usr/lib/ipsec/charon
+PSK=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+declare -A CHARON_PID=() ESPGW_PID=()
+
+side_ns() { [[ $1 == a ]] && echo "$GWA" || echo "$GWB"; }
+side_addr() { [[ $1 == a ]] && echo 192.0.2.1 || echo 192.0.2.2; }
+other_side() { [[ $1 == a ]] && echo b || echo a; }
+vici_uri() { echo "unix://$WORK/charon-$1.vici"; }
+swan() { local side=$1; shift; swanctl "$@" --uri "$(vici_uri "$side")"; }
+espgwctl_on() { local side=$1; shift; "$ESPGWCTL" --socket "$WORK/espgw-$side.ctl" "$@"; }
+
+wait_until() {  # wait_until SECONDS CMD...: true once CMD succeeds
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS >= deadline)) && return 1
+    sleep 0.2
+  done
+}
+
+# write_espgw_charon_conf SIDE: espgw.conf for a gateway run by charon.
+write_espgw_charon_conf() {
+  local side=$1
+  cat >"$WORK/espgw-$side.conf" <<EOS
+tun-name = espgw0
+local-address = $(side_addr "$side")
+control-socket = $WORK/espgw-$side.ctl
+workers = 2
+crypto-backend = ${CRYPTO_BACKEND_SIDE[$side]:-ipsec-mb}
+log-level = ${ESPGW_LOG_LEVEL:-info}
+EOS
+}
+
+start_espgw() {  # start_espgw SIDE
+  local side=$1 ns
+  ns=$(side_ns "$side")
+  write_espgw_charon_conf "$side"
+  ip netns exec "$ns" "$ESPGW" -c "$WORK/espgw-$side.conf" >>"$WORK/espgw-$side.log" 2>&1 &
+  ESPGW_PID[$side]=$!
+  PIDS+=($!)
+  wait_until 10 test -S "$WORK/espgw-$side.ctl" || { log "espgw $side did not open its control socket"; cat "$WORK/espgw-$side.log"; return 1; }
+}
+
+# write_strongswan_conf SIDE BACKEND: BACKEND is espgw or libipsec (strongSwan's own
+# userspace ESP, the interop peer).
+write_strongswan_conf() {
+  local side=$1 backend=$2 load
+  if [[ $backend == espgw ]]; then
+    # espgw provides kernel_ipsec and the socket; kernel-netlink stays for kernel_net
+    # (addresses and routes to find the source address).
+    load="random nonce aesni gcm openssl pem pkcs1 x509 pubkey sha1 sha2 hmac kdf espgw kernel-netlink vici"
+  else
+    load="random nonce aesni gcm openssl pem pkcs1 x509 pubkey sha1 sha2 hmac kdf kernel-libipsec kernel-netlink socket-default vici"
+  fi
+  cat >"$WORK/strongswan-$side.conf" <<EOS
+charon {
+  load = $load
+  install_routes = $([[ $backend == espgw ]] && echo no || echo yes)
+  routing_table = 220
+  routing_table_prio = 220
+  plugins {
+    espgw {
+      socket = unix://$WORK/espgw-$side.ctl
+    }
+    vici {
+      socket = $(vici_uri "$side")
+    }
+  }
+  filelog {
+    charon {
+      path = $WORK/charon-$side.log
+      time_format = %H:%M:%S
+      default = 1
+      knl = 2
+      flush_line = yes
+    }
+  }
+  syslog {
+    daemon {
+      default = -1
+    }
+  }
+}
+EOS
+}
+
+start_charon() {  # start_charon SIDE BACKEND
+  local side=$1 backend=$2 ns preload=""
+  ns=$(side_ns "$side")
+  write_strongswan_conf "$side" "$backend"
+  [[ $backend == espgw ]] && preload=$PLUGIN
+  rm -f "$WORK/charon-$side.vici"
+  ip netns exec "$ns" unshare -m --propagation private \
+    sh -c 'mount -t tmpfs charon-run /run && exec env STRONGSWAN_CONF="$1" LD_PRELOAD="$2" "$3"' \
+    sh "$WORK/strongswan-$side.conf" "$preload" "$CHARON" >>"$WORK/charon-$side.out" 2>&1 &
+  CHARON_PID[$side]=$!
+  PIDS+=($!)
+  wait_until 10 test -S "$WORK/charon-$side.vici" || { log "charon $side did not open its VICI socket"; tail -20 "$WORK/charon-$side.log"; return 1; }
+}
+
+# write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME
+write_swanctl_conf() {
+  local side=$1 esp=$2 encap=$3 rekey=$4 other local_ts remote_ts
+  other=$(other_side "$side")
+  if [[ $side == a ]]; then local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16; else local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16; fi
+  cat >"$WORK/swanctl-$side.conf" <<EOS
+connections {
+  s2s {
+    version = 2
+    local_addrs = $(side_addr "$side")
+    remote_addrs = $(side_addr "$other")
+    encap = $encap
+    mobike = no
+    unique = replace
+    proposals = aes128gcm16-prfsha256-x25519
+    local {
+      auth = psk
+      id = gw$side.espgw.test
+    }
+    remote {
+      auth = psk
+      id = gw$other.espgw.test
+    }
+    children {
+      net {
+        local_ts = $local_ts
+        remote_ts = $remote_ts
+        esp_proposals = $esp
+        rekey_time = $rekey
+        start_action = none
+        dpd_action = none
+      }
+    }
+  }
+}
+secrets {
+  ike-s2s {
+    id-a = gwa.espgw.test
+    id-b = gwb.espgw.test
+    secret = 0x$PSK
+  }
+}
+EOS
+  chmod 600 "$WORK/swanctl-$side.conf"
+}
+
+load_swanctl() {  # load_swanctl SIDE
+  swan "$1" --load-all --file "$WORK/swanctl-$1.conf" >"$WORK/swanctl-load-$1.log" 2>&1 ||
+    { log "swanctl --load-all failed on $1:"; cat "$WORK/swanctl-load-$1.log"; return 1; }
+}
+
+initiate() {  # initiate SIDE: brings the tunnel up through swanctl
+  swan "$1" --initiate --child net --timeout 20 >"$WORK/swanctl-initiate.log" 2>&1
+}
+
+# The bytes and packets charon reports (from query_sa) for the installed CHILD_SA "net",
+# as "BYTES_IN PACKETS_IN BYTES_OUT PACKETS_OUT".
+child_counters() {
+  swan "$1" --list-sas --raw 2>/dev/null | /usr/bin/python3 -c '
+import re, sys
+text = sys.stdin.read()
+def value(key):
+    found = re.findall(r"\b" + key + r"=(\d+)", text)
+    return sum(int(v) for v in found)
+print(value("bytes-in"), value("packets-in"), value("bytes-out"), value("packets-out"))'
+}
+
+# An espgwctl --json answer's top-level section as Python data, for checks.
+espgw_json() {  # espgw_json SIDE COMMAND PY_EXPR  (the answer is `d`)
+  espgwctl_on "$1" --json "$2" | /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($3)"
+}

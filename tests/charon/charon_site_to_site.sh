@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# espgw managed by strongSwan: two charons (with the espgw plugin) and two espgw gateways
+# in network namespaces, the tunnel configured and brought up with swanctl.
+#
+#   lanA 10.1.0.2 ── gwA (charon + espgw) ══ WAN 192.0.2.0/24 ══ gwB (charon + espgw) ── lanB 10.2.0.2
+#
+# Scenarios (each its own ctest test):
+#   gcm-udp     AES-128-GCM, NAT-T forced (encap = yes): tunnel up, ping and iperf3 both
+#               ways, list-sas byte counters equal the traffic sent, only ESP on the WAN,
+#               espgwctl status, terminate removes SAs and routes
+#   chacha-raw  ChaCha20-Poly1305 over raw ESP (encap = no), the same checks
+#   rekey       rekey_time = 20s while TCP and ping run for 45 s: make-before-break
+#               rekeys lose nothing (0 TCP retransmits, 0 pings lost, no ESP drops)
+#   restart     espgw restarts under charon: the plugin re-installs the SAs and charon
+#               rekeys them; charon restarts: espgw removes the stale SAs and routes
+#   interop     gwB runs strongSwan's kernel-libipsec instead (ESP we did not write):
+#               ping and iperf3 both ways
+#
+# Usage: charon_site_to_site.sh ESPGW ESPGWCTL PLUGIN SCENARIO
+set -euo pipefail
+
+ESPGW=$(readlink -f "${1:?usage: $0 ESPGW ESPGWCTL PLUGIN SCENARIO}")
+ESPGWCTL=$(readlink -f "$2")
+PLUGIN=$(readlink -f "$3")
+SCENARIO=$4
+
+HERE=$(dirname "$(readlink -f "$0")")
+# shellcheck source=tests/netns/lib.sh
+source "$HERE/../netns/lib.sh"
+# shellcheck source=tests/charon/charon_lib.sh
+source "$HERE/charon_lib.sh"
+
+on_failure_logs() {
+  [[ -n ${CHARON_TEST_KEEP:-} ]] && rm -rf "$CHARON_TEST_KEEP" && cp -r "$WORK" "$CHARON_TEST_KEEP"
+  if ((FAILURES > 0)); then
+    for f in "$WORK"/espgw-*.log "$WORK"/charon-*.log; do
+      [[ -f $f ]] || continue
+      echo "----- $(basename "$f") (last 40 lines)"
+      tail -40 "$f"
+    done
+  fi
+}
+
+check() {  # check LABEL CMD...
+  local label=$1
+  shift
+  if "$@"; then pass "$label"; else fail "$label"; fi
+}
+
+ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
+
+iperf_ok() {  # iperf_ok CLIENT_NS SERVER_NS ADDRESS [-R]: 2 s of TCP, some data through
+  local client=$1 server=$2 address=$3 reverse=${4:-}
+  in_ns "$server" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$server' ss -Hltn 'sport = :5201' | grep -q ."
+  local ok=0
+  if in_ns "$client" timeout 20 iperf3 -c "$address" -t 2 -C cubic -J $reverse >"$WORK/iperf.json" 2>&1; then
+    local mbps
+    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
+    log "iperf3 $address ${reverse:-}: $mbps Mbit/s"
+    ((mbps > 0)) && ok=1
+  fi
+  [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
+  rm -f "$WORK/iperf.pid"
+  ((ok == 1))
+}
+
+bring_up() {  # bring_up ESP ENCAP REKEY [BACKEND_B]
+  local esp=$1 encap=$2 rekey=$3 backend_b=${4:-espgw}
+  setup_topology
+  start_espgw a
+  [[ $backend_b == espgw ]] && start_espgw b
+  start_charon a espgw
+  start_charon b "$backend_b"
+  write_swanctl_conf a "$esp" "$encap" "$rekey"
+  write_swanctl_conf b "$esp" "$encap" "$rekey"
+  load_swanctl a
+  load_swanctl b
+  if initiate a; then pass "swanctl --initiate brought the tunnel up ($esp, encap=$encap, gwB $backend_b)"
+  else fail "swanctl --initiate"; cat "$WORK/swanctl-initiate.log"; return 1; fi
+}
+
+# Counters charon reads from espgw (query_sa) must equal the traffic: 50 pings of 1000
+# bytes are 50 inner packets of 1028 bytes each way.
+check_counters_match_traffic() {
+  local before after
+  read -r -a before <<<"$(child_counters a)"
+  in_ns "$LANA" ping -c 50 -i 0.01 -s 1000 -W 2 10.2.0.2 >/dev/null 2>&1 || true
+  sleep 0.3  # espgw notices use every 100 ms; counters themselves are exact
+  read -r -a after <<<"$(child_counters a)"
+  local in_bytes=$((after[0] - before[0])) in_packets=$((after[1] - before[1]))
+  local out_bytes=$((after[2] - before[2])) out_packets=$((after[3] - before[3]))
+  if ((out_packets == 50 && in_packets == 50 && out_bytes == 50 * 1028 && in_bytes == 50 * 1028)); then
+    pass "swanctl --list-sas counters equal the traffic: out $out_packets pkts/$out_bytes B, in $in_packets pkts/$in_bytes B"
+  else
+    fail "swanctl --list-sas counters: out $out_packets pkts/$out_bytes B, in $in_packets pkts/$in_bytes B; expected 50/51400 each way"
+  fi
+}
+
+check_wire_only_esp() {
+  rm -f "$WORK/wan.pcap"
+  in_ns "$GWB" tshark -q -i wan0 -a duration:4 -w "$WORK/wan.pcap" >/dev/null 2>&1 &
+  local capture=$!
+  wait_until 5 test -s "$WORK/wan.pcap" || true
+  sleep 0.5
+  in_ns "$LANA" ping -c 5 -i 0.1 -W 2 10.2.0.2 >/dev/null 2>&1 || true
+  wait "$capture" || true
+  local esp clear
+  esp=$(tshark -r "$WORK/wan.pcap" -Y esp 2>/dev/null | wc -l)
+  clear=$(tshark -r "$WORK/wan.pcap" -Y 'ip.addr==10.1.0.0/16 || ip.addr==10.2.0.0/16' 2>/dev/null | wc -l)
+  if ((esp >= 10 && clear == 0)); then pass "WAN carries only ESP ($esp ESP packets, 0 in clear)"
+  else fail "WAN: $esp ESP packets, $clear with inner addresses in clear"; fi
+}
+
+charon_sas_in_espgw() {  # charon_sas_in_espgw SIDE: how many of espgw's SAs charon installed
+  espgw_json "$1" sas 'sum(1 for s in d["sas"].values() if s["origin"] == "charon")'
+}
+
+sas_equal() { [[ $(charon_sas_in_espgw "$1" 2>/dev/null) == "$2" ]]; }
+sas_at_least() { local n; n=$(charon_sas_in_espgw "$1" 2>/dev/null) && ((n >= $2)); }
+established_at_least() { (($(grep -c 'CHILD_SA net{[0-9]*} established' "$WORK/charon-$1.log" || true) >= $2)); }
+no_route() { ! ip -n "$(side_ns "$1")" route show proto 245 | grep -q "$2"; }
+
+route_present() { ip -n "$(side_ns "$1")" route show proto 245 | grep -q "$2"; }
+
+check_espgwctl() {
+  espgwctl_on a >"$WORK/espgwctl.txt" 2>&1 || true
+  if grep -q 'charon' "$WORK/espgwctl.txt" && grep -q 'ECMP groups' "$WORK/espgwctl.txt" &&
+     grep -q 'per-worker load' "$WORK/espgwctl.txt"; then
+    pass "espgwctl shows charon's SAs, the ECMP group and per-worker load"
+  else fail "espgwctl output:"; cat "$WORK/espgwctl.txt"; fi
+  check "espgwctl --json parses and lists 2 charon SAs" sas_equal a 2
+}
+
+check_terminate() {
+  swan a --terminate --ike s2s --timeout 10 >/dev/null 2>&1 || true
+  if wait_until 5 sas_equal a 0 && wait_until 5 sas_equal b 0; then
+    pass "swanctl --terminate removed the SAs from both espgw"
+  else fail "SAs left after terminate: a=$(charon_sas_in_espgw a) b=$(charon_sas_in_espgw b)"; fi
+  if wait_until 3 no_route a 10.2.0.0; then
+    pass "terminate removed the route to 10.2.0.0/16"
+  else fail "route to 10.2.0.0/16 still present after terminate"; fi
+  if in_ns "$LANA" ping -c 1 -W 1 10.2.0.2 >/dev/null 2>&1; then fail "ping passes after terminate"
+  else pass "no traffic passes after terminate"; fi
+}
+
+run_basic() {  # run_basic ESP ENCAP
+  bring_up "$1" "$2" 1h
+  check "espgw installed 2 SAs from charon on gwA" wait_until 5 sas_equal a 2
+  check "route to 10.2.0.0/16 through espgw0 on gwA" route_present a 10.2.0.0/16
+  check "ping lanA -> lanB" ping_ok "$LANA" 10.2.0.2
+  check "ping lanB -> lanA" ping_ok "$LANB" 10.1.0.2
+  check "iperf3 lanA -> lanB" iperf_ok "$LANA" "$LANB" 10.2.0.2
+  check "iperf3 lanB -> lanA" iperf_ok "$LANA" "$LANB" 10.2.0.2 -R
+  check_counters_match_traffic
+  check_wire_only_esp
+  check_espgwctl
+  swan a --list-sas >"$WORK/list-sas.txt" 2>&1 || true
+  log "swanctl --list-sas on gwA:"; sed 's/^/    /' "$WORK/list-sas.txt"
+  check_terminate
+}
+
+# No ESP-level drop on either side (replays, ICV failures, unknown SPIs, queue overflow):
+# what was sent through the tunnel arrived.
+esp_drops() {  # esp_drops SIDE: total drops over SAs and the engine
+  espgwctl_on "$1" --json status | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+total = sum(int(v) for s in d["list-sas"]["sas"].values() for v in s["drops"].values())
+total += sum(int(v) for v in d["stats"]["engine-drops"].values())
+print(total)'
+}
+
+# Packets carried by every SA a gateway ever had, as "OUT IN": the live SAs from espgwctl
+# plus the final counts espgw logged when it removed the rekeyed ones.
+sa_packet_totals() {  # sa_packet_totals SIDE
+  espgwctl_on "$1" --json sas | /usr/bin/python3 -c '
+import json, re, sys
+totals = {"out": 0, "in": 0}
+for sa in json.load(sys.stdin)["sas"].values():
+    totals[sa["direction"]] += int(sa["packets"])
+for line in open(sys.argv[1]):
+    m = re.search(r"SA (out|in) spi \S+ removed after (\d+) packets", line)
+    if m:
+        totals[m.group(1)] += int(m.group(2))
+print(totals["out"], totals["in"])' "$WORK/espgw-$1.log"
+}
+
+run_rekey() {
+  bring_up aes128gcm16 yes "${REKEY_TIME:-20s}"
+  local seconds=45
+  in_ns "$LANB" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$LANB' ss -Hltn 'sport = :5201' | grep -q ."
+  # Paced well below capacity, so that any retransmission means a packet the tunnel lost.
+  in_ns "$LANA" iperf3 -c 10.2.0.2 -t "$seconds" -b 200M -C cubic -J >"$WORK/iperf-rekey.json" 2>&1 &
+  local iperf=$!
+  in_ns "$LANB" ping -c $((seconds * 10)) -i 0.1 -W 2 10.1.0.2 >"$WORK/ping-rekey.txt" 2>&1 &
+  local pinger=$!
+  wait "$iperf" || true
+  wait "$pinger" || true
+  local rekeys
+  rekeys=$(grep -c 'CHILD_SA net{[0-9]*} established' "$WORK/charon-a.log" || true)
+  check "at least 2 CHILD_SA rekeys in $seconds s (charon established $rekeys CHILD_SAs)" test "$rekeys" -ge 3
+  # TCP's own view: it never detected a loss (no fast retransmit, SACK recovery, timeout,
+  # or loss repaired by a tail-loss probe). A probe itself is not a loss: it fires when
+  # ACKs come late, and the receiver reports a probe that repeats data as a duplicate.
+  local retransmits sent
+  read -r retransmits sent < <(/usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["end"]["sum_sent"]["retransmits"], int(d["end"]["sum_sent"]["bytes"]))' "$WORK/iperf-rekey.json")
+  local tcp
+  tcp=$(in_ns "$LANA" nstat -az TcpExtTCPFastRetrans TcpExtTCPSackRecovery TcpExtTCPTimeouts \
+        TcpExtTCPLossProbeRecovery TcpExtTCPLossProbes TcpExtTCPDSACKRecv 2>/dev/null |
+        awk 'NR > 1 {printf "%s=%s ", $1, $2}')
+  log "TCP through the rekeys: $retransmits retransmitted segments, $((sent / 1000000)) MB sent; $tcp"
+  counter() { grep -o "$1=[0-9]*" <<<"$tcp" | cut -d= -f2; }
+  local fast sack timeouts recovered
+  fast=$(counter TcpExtTCPFastRetrans) sack=$(counter TcpExtTCPSackRecovery)
+  timeouts=$(counter TcpExtTCPTimeouts) recovered=$(counter TcpExtTCPLossProbeRecovery)
+  check "TCP detected no loss through the rekeys (fast retransmits ${fast:-?}, SACK recoveries ${sack:-?}, timeouts ${timeouts:-?}, losses repaired by probes ${recovered:-?})" \
+    test "${fast:-x}" = 0 -a "${sack:-x}" = 0 -a "${timeouts:-x}" = 0 -a "${recovered:-x}" = 0 -a "$sent" -gt 100000000
+  local loss
+  loss=$(grep -o '[0-9.]*% packet loss' "$WORK/ping-rekey.txt" || echo "?")
+  check "ping lanB -> lanA through the rekeys: $loss" test "$loss" = "0% packet loss"
+  sleep 1  # the last packets leave the reorder buffers
+  local a_out a_in b_out b_in
+  read -r a_out a_in <<<"$(sa_packet_totals a)"
+  read -r b_out b_in <<<"$(sa_packet_totals b)"
+  check "every ESP packet gwA sent over all SAs, gwB received ($a_out sent, $b_in received)" test "$a_out" = "$b_in"
+  check "every ESP packet gwB sent over all SAs, gwA received ($b_out sent, $a_in received)" test "$b_out" = "$a_in"
+  local drops_a drops_b
+  drops_a=$(esp_drops a) drops_b=$(esp_drops b)
+  check "no ESP drops on either gateway (gwA $drops_a, gwB $drops_b)" test "$drops_a" = 0 -a "$drops_b" = 0
+  if [[ -n ${CHARON_TEST_DUMP:-} ]]; then
+    for side in a b; do espgwctl_on "$side" --json status | sed "s/^/    gw$side: /"; done
+    for ns in "$GWA" "$GWB"; do ip -n "$ns" -s link show espgw0 | sed "s/^/    $ns: /"; done
+    in_ns "$LANA" nstat -az TcpExtTCPSackRecovery TcpExtTCPLossProbes TcpExtTCPSACKReorder TcpExtTCPRenoReorder TcpExtTCPTSReorder TcpExtTCPLostRetransmit TcpExtTCPFastRetrans TcpExtTCPSpuriousRTOs TcpExtTCPDSACKRecv TcpRetransSegs 2>/dev/null | sed "s/^/    lanA: /"
+  fi
+  if [[ $drops_a != 0 || $drops_b != 0 ]]; then
+    for side in a b; do espgwctl_on "$side" status | sed "s/^/    gw$side: /"; done
+  fi
+  check "still 2 charon SAs on gwA after the rekeys (old ones deleted)" wait_until 10 sas_equal a 2
+}
+
+run_restart() {
+  bring_up aes128gcm16 yes 1h
+  check "ping before restarts" ping_ok "$LANA" 10.2.0.2
+  # espgw restarts while charon runs: the plugin installs the SAs again and has charon
+  # rekey them (a new espgw starts its sequence numbers again).
+  kill -TERM "${ESPGW_PID[a]}"
+  wait "${ESPGW_PID[a]}" 2>/dev/null || true
+  start_espgw a
+  check "the restarted espgw got charon's SAs back" wait_until 10 sas_at_least a 2
+  check "traffic flows again after the espgw restart" wait_until 15 ping_ok "$LANA" 10.2.0.2
+  check "charon rekeyed the CHILD_SA after the espgw restart" wait_until 10 established_at_least a 2
+  # charon dies without cleaning up; a new charon attaches: espgw drops what the old one
+  # installed, and the routes with it.
+  kill -KILL "${CHARON_PID[a]}"
+  wait "${CHARON_PID[a]}" 2>/dev/null || true
+  check "espgw keeps the SAs while no charon is attached" sas_at_least a 2
+  start_charon a espgw
+  check "espgw removed the stale SAs when a new charon attached" wait_until 10 sas_equal a 0
+  check "and the stale route" wait_until 5 no_route a 10.2.0.0
+  load_swanctl a
+  if initiate a; then pass "the new charon brings the tunnel up again"; else fail "initiate after charon restart"; fi
+  check "traffic flows after the charon restart" wait_until 10 ping_ok "$LANA" 10.2.0.2
+  check "gwB replaced the old IKE_SA (unique = replace): 2 charon SAs" wait_until 10 sas_equal b 2
+}
+
+run_interop() {
+  bring_up aes128gcm16 yes 1h libipsec
+  check "ping espgw -> kernel-libipsec (lanA -> lanB)" wait_until 5 ping_ok "$LANA" 10.2.0.2
+  check "ping kernel-libipsec -> espgw (lanB -> lanA)" ping_ok "$LANB" 10.1.0.2
+  check "iperf3 lanA -> lanB across espgw and kernel-libipsec" iperf_ok "$LANA" "$LANB" 10.2.0.2
+  check "iperf3 lanB -> lanA across kernel-libipsec and espgw" iperf_ok "$LANA" "$LANB" 10.2.0.2 -R
+  local drops_a
+  drops_a=$(esp_drops a)
+  check "espgw dropped no ESP from kernel-libipsec ($drops_a)" test "$drops_a" = 0
+}
+
+trap 'on_failure_logs; cleanup' EXIT
+case $SCENARIO in
+  gcm-udp) run_basic aes128gcm16 yes ;;
+  chacha-raw) run_basic chacha20poly1305 no ;;
+  rekey) run_rekey ;;
+  restart) run_restart ;;
+  interop) run_interop ;;
+  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
+esac
+log "$SCENARIO: $PASSES passed, $FAILURES failed"
+((FAILURES == 0))

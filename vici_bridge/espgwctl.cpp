@@ -1,0 +1,237 @@
+// espgwctl: shows what a running espgw holds, through its control socket.
+//   espgwctl [--socket PATH] [--json] [status|sas|policies|stats]
+// status (the default) is sas + stats. --json prints the daemon's answers as JSON objects
+// (sections become objects, lists arrays, values strings), for scripts.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "vici_bridge/vici_client.h"
+
+using espgw::vici::Client;
+using espgw::vici::Message;
+using espgw::vici::Section;
+
+namespace {
+
+constexpr const char* kDefaultSocket = "/run/espgw/control.sock";
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: espgwctl [--socket PATH] [--json] [status|sas|policies|stats]\n"
+               "  status    SAs (counters, drop reasons), ECMP groups and gateway statistics\n"
+               "  sas       SAs and ECMP groups\n"
+               "  policies  the SPD\n"
+               "  stats     gateway drops, WAN sockets, per-worker load, control socket\n"
+               "default socket: %s\n",
+               kDefaultSocket);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string to_json(const Section& section, int indent) {
+  const std::string pad(static_cast<size_t>(indent + 2), ' ');
+  std::string out = "{";
+  bool first = true;
+  for (const auto& entry : section.entries()) {
+    out += first ? "\n" : ",\n";
+    first = false;
+    out += pad + json_string(entry.name) + ": ";
+    switch (entry.kind) {
+      case Section::Kind::value:
+        out += json_string(entry.value);
+        break;
+      case Section::Kind::list: {
+        out += "[";
+        for (size_t i = 0; i < entry.items.size(); ++i)
+          out += (i ? ", " : "") + json_string(entry.items[i]);
+        out += "]";
+        break;
+      }
+      case Section::Kind::section:
+        out += to_json(*entry.child, indent + 2);
+        break;
+    }
+  }
+  if (!first) out += "\n" + std::string(static_cast<size_t>(indent), ' ');
+  return out + "}";
+}
+
+std::string value_or(const Section& section, const char* key, const char* fallback = "-") {
+  const std::string* value = section.value(key);
+  return value ? *value : fallback;
+}
+
+// Columns sized to their widest cell.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (widths.size() <= i) widths.push_back(0);
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void print_sas(const Message& response) {
+  const Section* sas = response.section("sas");
+  std::vector<std::vector<std::string>> rows = {{"SPI", "DIR", "ORIGIN", "SRC", "DST", "ALGORITHM",
+                                                 "ENCAP", "REQID", "PACKETS", "BYTES", "IDLE-MS",
+                                                 "LIFETIME", "DROPS"}};
+  if (sas) {
+    for (const auto& entry : sas->entries()) {
+      if (entry.kind != Section::Kind::section) continue;
+      const Section& sa = *entry.child;
+      std::string drops;
+      if (const Section* reasons = sa.section("drops"))
+        for (const auto& reason : reasons->entries())
+          drops += (drops.empty() ? "" : ",") + reason.name + "=" + reason.value;
+      rows.push_back({value_or(sa, "spi"), value_or(sa, "direction"), value_or(sa, "origin"),
+                      value_or(sa, "src"), value_or(sa, "dst"), value_or(sa, "algorithm"),
+                      value_or(sa, "encap"), value_or(sa, "reqid"), value_or(sa, "packets"),
+                      value_or(sa, "bytes"), value_or(sa, "idle-ms"), value_or(sa, "lifetime"),
+                      drops.empty() ? "-" : drops});
+    }
+  }
+  std::printf("Security associations: %zu\n", rows.size() - 1);
+  print_table(rows);
+  if (const Section* groups = response.section("groups")) {
+    std::printf("\nECMP groups (outbound SAs that flows are hashed over, by reqid):\n");
+    std::vector<std::vector<std::string>> group_rows = {{"REQID", "MEMBERS"}};
+    for (const auto& entry : groups->entries()) {
+      if (entry.kind != Section::Kind::section) continue;
+      std::string members;
+      if (const auto* list = entry.child->list("members"))
+        for (const auto& spi : *list) members += (members.empty() ? "" : " ") + spi;
+      group_rows.push_back({entry.name, members.empty() ? "(empty)" : members});
+    }
+    print_table(group_rows);
+  }
+}
+
+void print_policies(const Message& response) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "DIR", "LOCAL", "REMOTE", "PROTO", "PRIORITY", "ACTION", "REQID"}};
+  if (const Section* policies = response.section("policies"))
+    for (const auto& entry : policies->entries()) {
+      if (entry.kind != Section::Kind::section) continue;
+      const Section& p = *entry.child;
+      rows.push_back({entry.name, value_or(p, "direction"), value_or(p, "local"),
+                      value_or(p, "remote"), value_or(p, "protocol"), value_or(p, "priority"),
+                      value_or(p, "action"), value_or(p, "reqid")});
+    }
+  std::printf("Policies: %zu\n", rows.size() - 1);
+  print_table(rows);
+}
+
+void print_counters(const Section& response, const char* name, const char* title) {
+  const Section* section = response.section(name);
+  std::printf("%s:", title);
+  bool any = false;
+  if (section)
+    for (const auto& entry : section->entries())
+      if (entry.kind == Section::Kind::value) {
+        std::printf(" %s=%s", entry.name.c_str(), entry.value.c_str());
+        any = true;
+      }
+  std::printf("%s\n", any ? "" : " none");
+}
+
+void print_stats(const Message& response) {
+  std::printf("TUN %s, mtu %s, crypto %s, charon %s\n", value_or(response, "tun").c_str(),
+              value_or(response, "tunnel-mtu").c_str(),
+              value_or(response, "crypto-backend").c_str(),
+              response.boolean("charon-attached").value_or(false) ? "attached" : "not attached");
+  print_counters(response, "gateway-drops", "gateway drops");
+  print_counters(response, "engine-drops", "engine drops");
+  print_counters(response, "wan", "wan sockets");
+  print_counters(response, "control-socket", "control socket");
+  std::vector<std::vector<std::string>> rows = {{"WORKER", "PACKETS", "SHARE"}};
+  if (const Section* workers = response.section("workers")) {
+    double total = 0;
+    for (const auto& entry : workers->entries()) total += std::strtod(entry.value.c_str(), nullptr);
+    for (const auto& entry : workers->entries()) {
+      char share[16];
+      std::snprintf(share, sizeof share, "%.1f%%",
+                    total > 0 ? 100.0 * std::strtod(entry.value.c_str(), nullptr) / total : 0.0);
+      rows.push_back({entry.name, entry.value, share});
+    }
+  }
+  std::printf("per-worker load:\n");
+  print_table(rows);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket = kDefaultSocket;
+  std::string command = "status";
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--socket" || arg == "-s") && i + 1 < argc) {
+      socket = argv[++i];
+    } else if (arg == "--json" || arg == "-j") {
+      json = true;
+    } else if (arg == "status" || arg == "sas" || arg == "policies" || arg == "stats") {
+      command = arg;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  try {
+    Client client(socket);
+    std::map<std::string, Message> answers;
+    const std::vector<std::string> requests =
+        command == "status"     ? std::vector<std::string>{"list-sas", "stats"}
+        : command == "sas"      ? std::vector<std::string>{"list-sas"}
+        : command == "policies" ? std::vector<std::string>{"list-policies"}
+                                : std::vector<std::string>{"stats"};
+    for (const auto& request : requests) answers[request] = client.request(request);
+    if (json) {
+      if (answers.size() == 1) {
+        std::printf("%s\n", to_json(answers.begin()->second, 0).c_str());
+      } else {
+        Message combined;
+        for (const auto& [name, answer] : answers) combined.add_section(name) = answer;
+        std::printf("%s\n", to_json(combined, 0).c_str());
+      }
+      return 0;
+    }
+    if (answers.count("list-sas")) print_sas(answers["list-sas"]);
+    if (answers.count("list-policies")) print_policies(answers["list-policies"]);
+    if (answers.count("stats")) {
+      if (answers.count("list-sas")) std::printf("\n");
+      print_stats(answers["stats"]);
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "espgwctl: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
