@@ -27,3 +27,21 @@ if ((${#missing[@]})); then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# The charon plugin compiles against strongSwan's source headers, which Debian ships only
+# in the source package (GUIDE 4.3): add a deb-src entry for the main suites (the security
+# suite's .dsc is not served) and fetch the tarball into the cache the build reads.
+deb_src=/etc/apt/sources.list.d/espgw-deb-src.sources
+if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
+  uri=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  cat >"$deb_src" <<EOS
+Types: deb-src
+URIs: ${uri:-http://deb.debian.org/debian}
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOS
+  apt-get update -q
+fi
+bash "$(dirname "$0")/../vici_bridge/charon_plugin/fetch_strongswan_headers.sh" \
+  "${ESPGW_STRONGSWAN_CACHE:-/var/cache/espgw}/headers" >/dev/null
