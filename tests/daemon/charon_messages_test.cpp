@@ -1,0 +1,257 @@
+// The translation of the charon plugin's requests into SAD and SPD records: what a
+// well-formed request becomes, and that every malformed or unsupported one gets an error
+// that names the problem and never quotes key material.
+#include "daemon/charon_messages.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+
+using espgw::daemon::policy_from;
+using espgw::daemon::PolicyRequest;
+using espgw::daemon::sa_from_add_sa;
+using espgw::daemon::sa_id_from;
+using espgw::vici::Message;
+namespace xfrm = espgw::xfrm;
+
+namespace {
+
+const std::string kKey20(20, '\x42');  // AES-128 key + salt, as charon hands them over
+
+Message add_sa(bool inbound = false) {
+  Message m;
+  m.set("spi", uint64_t{0xc0001234});
+  m.set("src", inbound ? "192.0.2.2" : "192.0.2.1");
+  m.set("dst", inbound ? "192.0.2.1" : "192.0.2.2");
+  m.set("reqid", 7);
+  m.set_bool("inbound", inbound);
+  m.set("algorithm", "aes-gcm-128");
+  m.set("key", kKey20);
+  m.set_bool("esn", false);
+  m.set("replay-window", 32);
+  m.set_bool("encap", true);
+  m.set("src-port", 4500);
+  m.set("dst-port", 4501);
+  m.set("soft-bytes", 1000);
+  m.set("hard-bytes", 2000);
+  m.set("soft-seconds", 3600);
+  m.set("hard-seconds", 3960);
+  m.set_list("src-ts", {inbound ? "10.2.0.0/16" : "10.1.0.0/16"});
+  m.set_list("dst-ts", {inbound ? "10.1.0.0/16" : "10.2.0.0/16"});
+  return m;
+}
+
+Message policy(const char* direction, bool with_action = true) {
+  Message m;
+  m.set("dir", direction);
+  const bool out = std::string(direction) == "out";
+  m.set("src-net", out ? "10.1.0.0/16" : "10.2.0.0/16");
+  m.set("src-proto", 6);
+  m.set("src-port-from", 0);
+  m.set("src-port-to", 65535);
+  m.set("dst-net", out ? "10.2.0.0/16" : "10.1.0.0/16");
+  m.set("dst-proto", 6);
+  m.set("dst-port-from", 443);
+  m.set("dst-port-to", 443);
+  if (with_action) {
+    m.set("action", "protect");
+    m.set("priority-class", "default");
+    m.set("manual-priority", 0);
+    m.set("reqid", 7);
+  }
+  return m;
+}
+
+std::string error_of(const auto& result) {
+  const auto* error = std::get_if<std::string>(&result);
+  return error ? *error : std::string("(no error)");
+}
+
+}  // namespace
+
+TEST(CharonMessages, OutboundSaBecomesASadEntry) {
+  auto result = sa_from_add_sa(add_sa());
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& entry = std::get<xfrm::SadEntry>(result);
+  EXPECT_EQ(entry.config.spi, 0xc0001234u);
+  EXPECT_EQ(entry.direction, xfrm::Direction::out);
+  EXPECT_EQ(entry.reqid, 7u);
+  EXPECT_EQ(entry.config.tunnel_source.to_string(), "192.0.2.1");
+  EXPECT_EQ(entry.config.tunnel_destination.to_string(), "192.0.2.2");
+  ASSERT_TRUE(entry.config.udp_encapsulation);
+  EXPECT_EQ(entry.config.udp_encapsulation->source_port, 4500);
+  EXPECT_EQ(entry.config.udp_encapsulation->destination_port, 4501);
+  EXPECT_EQ(entry.config.key_material.size(), 20u);
+  EXPECT_EQ(entry.config.replay_window, 32u);  // the daemon widens it, not the parser
+  EXPECT_EQ(entry.lifetimes.soft_bytes, 1000u);
+  EXPECT_EQ(entry.lifetimes.hard_bytes, 2000u);
+  EXPECT_EQ(entry.lifetimes.soft_seconds, 3600u);
+  EXPECT_EQ(entry.lifetimes.hard_seconds, 3960u);
+  EXPECT_TRUE(entry.config.selectors.empty());  // outbound SAs are chosen by policy
+}
+
+TEST(CharonMessages, InboundSaCarriesItsSelectors) {
+  Message m = add_sa(true);
+  m.set_list("src-ts", {"10.2.0.0/16", "fd00:2::/64"});
+  m.set_list("dst-ts", {"10.1.0.0/16", "fd00:1::/64"});
+  auto result = sa_from_add_sa(m);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& entry = std::get<xfrm::SadEntry>(result);
+  EXPECT_EQ(entry.direction, xfrm::Direction::in);
+  // Pairs of one family only: 10.2/16 -> 10.1/16 and fd00:2::/64 -> fd00:1::/64.
+  ASSERT_EQ(entry.config.selectors.size(), 2u);
+  EXPECT_EQ(entry.config.selectors[0].remote.to_string(), "10.2.0.0/16");
+  EXPECT_EQ(entry.config.selectors[0].local.to_string(), "10.1.0.0/16");
+  EXPECT_EQ(entry.config.selectors[1].remote.to_string(), "fd00:2::/64");
+}
+
+TEST(CharonMessages, RawEspAndChaChaAndNoLifetimes) {
+  Message m = add_sa();
+  m.set_bool("encap", false);
+  m.set("algorithm", "chacha20-poly1305");
+  m.set("key", std::string(36, '\x01'));
+  Message bare;
+  for (const auto& e : m.entries())
+    if (e.name.find("soft-") != 0 && e.name.find("hard-") != 0 && e.kind == Message::Kind::value)
+      bare.set(e.name, e.value);
+  bare.set_list("src-ts", {"10.1.0.0/16"});
+  bare.set_list("dst-ts", {"10.2.0.0/16"});
+  auto result = sa_from_add_sa(bare);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& entry = std::get<xfrm::SadEntry>(result);
+  EXPECT_FALSE(entry.config.udp_encapsulation);
+  EXPECT_EQ(entry.lifetimes, xfrm::Lifetimes{});
+}
+
+TEST(CharonMessages, MalformedSaRequestsAreRefusedWithAReason) {
+  struct Case {
+    const char* key;
+    const char* value;  // nullptr: remove the key
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"spi", "0", "'spi'"},
+      {"spi", "4294967296", "'spi'"},
+      {"spi", "-1", "'spi'"},
+      {"spi", nullptr, "'spi'"},
+      {"src", "not-an-address", "'src'"},
+      {"dst", "2001:db8::1", "families"},
+      {"algorithm", "aes-cbc-128", "unsupported algorithm"},
+      {"algorithm", nullptr, "'algorithm'"},
+      {"key", nullptr, "'key'"},
+      {"replay-window", "70000", "'replay-window'"},
+      {"inbound", "maybe", "'inbound'"},
+      {"src-port", "0", "'src-port'"},
+      {"dst-port", "65536", "'dst-port'"},
+      {"soft-bytes", "lots", "'soft-bytes'"},
+  };
+  const Message valid = add_sa();
+  for (const Case& c : cases) {
+    Message m;
+    for (const auto& e : valid.entries()) {
+      if (e.name == c.key) continue;
+      if (e.kind == Message::Kind::list)
+        m.set_list(e.name, e.items);
+      else
+        m.set(e.name, e.value);
+    }
+    if (c.value) m.set(c.key, c.value);
+    const std::string error = error_of(sa_from_add_sa(m));
+    EXPECT_NE(error.find(c.expected), std::string::npos)
+        << c.key << "=" << (c.value ? c.value : "(absent)") << " gave: " << error;
+  }
+}
+
+TEST(CharonMessages, WrongKeyLengthNamesLengthsButNeverTheKey) {
+  Message m = add_sa();
+  const std::string secret = "SECRETKEYSECRETKEY01234";  // 23 bytes: wrong for AES-128
+  m.set("key", secret);
+  const std::string error = error_of(sa_from_add_sa(m));
+  EXPECT_NE(error.find("23 bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs 20"), std::string::npos) << error;
+  EXPECT_EQ(error.find("SECRET"), std::string::npos) << error;
+}
+
+TEST(CharonMessages, InboundSaNeedsSelectors) {
+  Message m = add_sa(true);
+  m.set_list("src-ts", {});
+  EXPECT_NE(error_of(sa_from_add_sa(m)).find("'src-ts'"), std::string::npos);
+  m = add_sa(true);
+  m.set_list("dst-ts", {"10.1.0.0/33"});
+  EXPECT_NE(error_of(sa_from_add_sa(m)).find("bad subnet"), std::string::npos);
+}
+
+TEST(CharonMessages, SaIdNeedsSpiAndDestination) {
+  Message m;
+  m.set("spi", 5);
+  m.set("dst", "192.0.2.2");
+  auto id = sa_id_from(m);
+  ASSERT_TRUE(std::holds_alternative<espgw::daemon::SaId>(id));
+  EXPECT_EQ(std::get<espgw::daemon::SaId>(id).spi, 5u);
+  Message no_dst;
+  no_dst.set("spi", 5);
+  EXPECT_NE(error_of(sa_id_from(no_dst)).find("'dst'"), std::string::npos);
+}
+
+TEST(CharonMessages, PoliciesAreNamedFromThisGatewaysSide) {
+  auto out = policy_from(policy("out"), true);
+  ASSERT_TRUE(std::holds_alternative<PolicyRequest>(out)) << error_of(out);
+  const auto& p = std::get<PolicyRequest>(out).policy;
+  EXPECT_EQ(p.direction, xfrm::Direction::out);
+  EXPECT_EQ(p.selector.local.to_string(), "10.1.0.0/16");
+  EXPECT_EQ(p.selector.remote.to_string(), "10.2.0.0/16");
+  EXPECT_EQ(p.selector.protocol, 6);
+  EXPECT_EQ(p.selector.remote_ports.first, 443);
+  EXPECT_TRUE(p.selector.local_ports.is_any());
+  EXPECT_EQ(p.action, xfrm::PolicyAction::protect);
+  EXPECT_EQ(p.reqid, 7u);
+
+  // in and fwd carry the remote network as source; the selector comes out the same.
+  auto fwd = policy_from(policy("fwd"), true);
+  ASSERT_TRUE(std::holds_alternative<PolicyRequest>(fwd)) << error_of(fwd);
+  const auto& f = std::get<PolicyRequest>(fwd).policy;
+  EXPECT_EQ(f.selector.local.to_string(), "10.1.0.0/16");
+  EXPECT_EQ(f.selector.remote.to_string(), "10.2.0.0/16");
+  EXPECT_EQ(f.selector.local_ports.first, 443);
+}
+
+TEST(CharonMessages, PolicyKeyIgnoresActionSoAddAndDelMatch) {
+  auto added = policy_from(policy("out"), true);
+  auto deleted = policy_from(policy("out", false), false);
+  ASSERT_TRUE(std::holds_alternative<PolicyRequest>(added));
+  ASSERT_TRUE(std::holds_alternative<PolicyRequest>(deleted)) << error_of(deleted);
+  EXPECT_EQ(std::get<PolicyRequest>(added).key, std::get<PolicyRequest>(deleted).key);
+  auto other = policy_from(policy("in"), true);
+  EXPECT_NE(std::get<PolicyRequest>(added).key, std::get<PolicyRequest>(other).key);
+}
+
+TEST(CharonMessages, PolicyPriorityClassesKeepCharonsOrder) {
+  auto priority = [](const char* priority_class, uint64_t manual = 0) {
+    Message m = policy("out");
+    m.set("priority-class", priority_class);
+    m.set("manual-priority", manual);
+    return std::get<PolicyRequest>(policy_from(m, true)).policy.priority;
+  };
+  EXPECT_LT(priority("pass"), priority("default"));
+  EXPECT_LT(priority("default"), priority("routed"));
+  EXPECT_LT(priority("routed"), priority("fallback"));
+  EXPECT_EQ(priority("default", 42), 42u);
+}
+
+TEST(CharonMessages, MalformedPoliciesAreRefused) {
+  Message m = policy("sideways");
+  EXPECT_NE(error_of(policy_from(m, true)).find("'dir'"), std::string::npos);
+  m = policy("out");
+  m.set("action", "maybe");
+  EXPECT_NE(error_of(policy_from(m, true)).find("'action'"), std::string::npos);
+  m = policy("out");
+  m.set("reqid", 0);
+  EXPECT_NE(error_of(policy_from(m, true)).find("reqid"), std::string::npos);
+  m = policy("out");
+  m.set("dst-net", "fd00::/64");
+  EXPECT_NE(error_of(policy_from(m, true)).find("families"), std::string::npos);
+  m = policy("out");
+  m.set("src-port-to", 70000);
+  EXPECT_NE(error_of(policy_from(m, true)).find("'src-port-to'"), std::string::npos);
+}
