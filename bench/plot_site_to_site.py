@@ -21,9 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = [("a_to_b_P1", "lanA→lanB  -P1"), ("a_to_b_P4", "lanA→lanB  -P4"),
          ("b_to_a_P1", "lanB→lanA  -P1"), ("b_to_a_P4", "lanB→lanA  -P4")]
 LABELS = {"plain": "plain routing", "espgw": "espgw (ESP in UDP)", "espgw-raw": "espgw (raw ESP)",
-          "libipsec": "strongSwan kernel-libipsec", "wireguard-go": "wireguard-go"}
+          "espgw-charon": "espgw + charon (ESP in UDP)", "libipsec": "strongSwan kernel-libipsec", "wireguard-go": "wireguard-go"}
 COLORS = {"plain": "#9e9e9e", "espgw": "#1565c0", "espgw-raw": "#64b5f6",
-          "libipsec": "#c62828", "wireguard-go": "#2e7d32"}
+          "espgw-charon": "#6a1b9a", "libipsec": "#c62828", "wireguard-go": "#2e7d32"}
 
 
 def value_label(v, unit=""):
@@ -64,7 +64,7 @@ def main():
     ax.set_yscale("log")
     ax.set_ylabel("TCP throughput, Gbit/s (log)")
     ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", ncol=len(paths))
+    ax.legend(fontsize=8, loc="upper left", ncol=min(len(paths), 3))
     ax.set_title(f"Site-to-site over veth: iperf3 TCP -C {report['congestion_control']}, "
                  f"{report['duration_s']} s per run\n{report['cpu_model']}, {report['cpus']} CPUs, "
                  f"kernel {report['kernel']}, {report['date'][:10]}", fontsize=10)
@@ -85,7 +85,8 @@ def main():
             lat.annotate(value_label(v), (b.get_x() + b.get_width() / 2, v), ha="center",
                          va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
     lat.set_xticks(range(len(paths)))
-    lat.set_xticklabels([LABELS.get(p, p) for p in paths], fontsize=8)
+    # Six paths side by side: the parenthesised detail on a second line.
+    lat.set_xticklabels([LABELS.get(p, p).replace(" (", "\n(") for p in paths], fontsize=8)
     lat.set_yscale("log")
     lat.set_ylabel("median ping lanA→lanB, ms (log)")
     lat.grid(axis="y", which="both", alpha=0.3)

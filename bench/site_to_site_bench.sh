@@ -7,6 +7,10 @@
 #   plain         plain routing, no IPsec (gwA and gwB route the LANs over the WAN)
 #   espgw         espgw with static SAs, AES-128-GCM, ESP in UDP 4500
 #   espgw-raw     the same with raw ESP (IP protocol 50)
+#   espgw-charon  espgw managed by strongSwan: two espgw daemons with a control socket
+#                 and two charons with the espgw plugin (LD_PRELOAD), PSK IKEv2 through
+#                 swanctl --initiate, AES-128-GCM, ESP in UDP (encap = yes, like espgw
+#                 and libipsec); the same swanctl.conf as libipsec, only the data plane differs
 #   libipsec      strongSwan 5.9.8 charon with kernel-libipsec (its userspace ESP),
 #                 PSK IKEv2, AES-128-GCM, ESP in UDP (the only mode it speaks)
 #   wireguard-go  Debian's wireguard-go, MTU 1420
@@ -26,7 +30,7 @@
 # Usage: bench/site_to_site_bench.sh            (as root)
 # Environment:
 #   BENCH_SECONDS=10        iperf3 duration of each run
-#   BENCH_PATHS="plain espgw espgw-raw libipsec wireguard-go"   which paths, in order
+#   BENCH_PATHS="plain espgw espgw-raw espgw-charon libipsec wireguard-go"   which paths, in order
 #   BENCH_CC=cubic          TCP congestion control (iperf3 -C)
 #   BENCH_WAN_MTU=1500      MTU of the WAN veth between the gateways; espgw derives its
 #                           tunnel MTU from it
@@ -36,6 +40,10 @@
 #   BENCH_PLOT=docs/img/site_to_site.png   (empty: no plot)
 #   BENCH_KEEP=1            keep the work directory (configs, logs, raw JSON)
 #   ESPGW=path/to/espgw     default build/s2sbench/esp_engine/daemon/espgw, built if absent
+#   ESPGWCTL=path/to/espgwctl   (espgw-charon) default: the espgwctl of ESPGW's build tree,
+#                           BUILD/vici_bridge/espgwctl (built if absent in build/s2sbench)
+#   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
+#                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
 #   ESPGW_WORKERS=0 ESPGW_TUN_QUEUES=1   espgw.conf settings (0 workers: one per CPU)
 #   ESPGW_EXTRA_CONF="key = value"       more espgw.conf lines (e.g. socket-buffer, pool-packets)
 #
@@ -46,13 +54,19 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_SECONDS=${BENCH_SECONDS:-10}
-BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-raw libipsec wireguard-go}
+BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-raw espgw-charon libipsec wireguard-go}
 BENCH_CC=${BENCH_CC:-cubic}
 BENCH_PING_COUNT=${BENCH_PING_COUNT:-20}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/site_to_site.json}
 BENCH_PLOT=${BENCH_PLOT-$ROOT/docs/img/site_to_site.png}
 ESPGW_WORKERS=${ESPGW_WORKERS:-0}
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
+ESPGW=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
+# The plugin and espgwctl come from the same build tree as ESPGW unless given.
+ESPGW_BUILD_DIR=$ROOT/build/s2sbench
+[[ $ESPGW == */esp_engine/daemon/espgw ]] && ESPGW_BUILD_DIR=${ESPGW%/esp_engine/daemon/espgw}
+ESPGWCTL=${ESPGWCTL:-$ESPGW_BUILD_DIR/vici_bridge/espgwctl}
+PLUGIN=${PLUGIN:-$ESPGW_BUILD_DIR/vici_bridge/charon_plugin/libstrongswan-espgw.so}
 CHARON=/usr/lib/ipsec/charon
 PYTHON=/usr/bin/python3  # the one with matplotlib (see GUIDE 4.3)
 STRONGSWAN_TEMPLATES=$ROOT/bench/strongswan
@@ -183,12 +197,34 @@ wait_for() {  # wait_for SECONDS CMD...: poll every 0.1 s until CMD succeeds
   return 1
 }
 
+alive() {  # alive PID: running (not exited, not a zombie waiting to be reaped)
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [[ -n $state && $state != Z ]]
+}
+
+wait_while_alive() {  # wait_while_alive SECONDS PID CMD...: wait_for, giving up (status 2) once PID exits
+  local tries=$(($1 * 10)) pid=$2
+  shift 2
+  for _ in $(seq 1 "$tries"); do
+    "$@" >/dev/null 2>&1 && return 0
+    alive "$pid" || return 2
+    sleep 0.1
+  done
+  return 1
+}
+
+first_error() {  # first_error FILE: the first line of a log that says what went wrong
+  grep -m1 -iE 'error|fail|abort|refused|unable' "$1" 2>/dev/null || tail -n 1 "$1" 2>/dev/null || true
+}
+
 path_fail() {  # inside a path's subshell: record why, show the logs, leave the subshell
   echo "$*" >"$PATH_RESULTS/error.txt"
   log "path $PATH_NAME FAILED: $*"
   local f
   for f in "$WORK"/"$PATH_NAME"-*.log; do
-    [[ -f $f ]] || continue
+    # Only this path's logs: "espgw-*" also matches the logs of espgw-raw and espgw-charon.
+    [[ -f $f && $f -nt $PATH_RESULTS/started ]] || continue
     log "--- tail of $(basename "$f")"
     tail -n 15 "$f" >&2 || true
   done
@@ -208,17 +244,45 @@ setup_plain() {
   meta description "plain routing over the WAN veth, no IPsec"
 }
 
-ensure_espgw() {
-  ESPGW=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
-  [[ -x $ESPGW ]] && return 0
-  log "building espgw in build/s2sbench"
+build_s2sbench() {  # build_s2sbench TARGET...: in build/s2sbench, the default build tree
+  log "building $* in build/s2sbench"
   cmake -S "$ROOT" -B "$ROOT/build/s2sbench" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DESPGW_BUILD_TESTS=OFF -DESPGW_BUILD_BENCH=OFF >/dev/null
-  ninja -C "$ROOT/build/s2sbench" -j2 espgw >/dev/null
+  ninja -C "$ROOT/build/s2sbench" -j2 "$@" >/dev/null
+}
+
+ensure_espgw() {
+  [[ -x $ESPGW ]] && return 0
+  build_s2sbench espgw
   [[ -x $ESPGW ]]
 }
 
+ensure_charon_tools() {  # espgw, espgwctl and the charon plugin, as absolute paths
+  if [[ ! -x $ESPGW || ! -x $ESPGWCTL || ! -f $PLUGIN ]]; then
+    build_s2sbench espgw espgwctl strongswan_espgw ||
+      path_fail "building espgw, espgwctl and the charon plugin in build/s2sbench failed"
+  fi
+  [[ -x $ESPGW ]] || path_fail "espgw binary $ESPGW missing"
+  [[ -x $ESPGWCTL ]] || path_fail "espgwctl binary $ESPGWCTL missing (set ESPGWCTL)"
+  [[ -f $PLUGIN ]] || path_fail "charon plugin $PLUGIN missing (set PLUGIN)"
+  # charon gets the plugin through LD_PRELOAD: an absolute path, whatever the cwd.
+  ESPGW=$(readlink -f "$ESPGW") ESPGWCTL=$(readlink -f "$ESPGWCTL") PLUGIN=$(readlink -f "$PLUGIN")
+}
+
 random_hex() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
+
+# The same espgw.conf for every espgw path; only where the SAs come from differs.
+write_espgw_conf() {  # write_espgw_conf FILE LOCAL_ADDRESS SA_SOURCE_LINE
+  cat >"$1" <<EOS
+tun-name = espgw0
+tun-queues = $ESPGW_TUN_QUEUES
+local-address = $2
+$3
+workers = $ESPGW_WORKERS
+log-level = info
+${ESPGW_EXTRA_CONF:-}
+EOS
+}
 
 setup_espgw() {  # setup_espgw udp|raw
   local mode=$1 udp="" a=192.0.2.1 b=192.0.2.2 key_ab key_ba side
@@ -241,15 +305,8 @@ EOS
   for side in a b; do
     local ns=$GWA local_address=$a
     [[ $side == b ]] && ns=$GWB local_address=$b
-    cat >"$WORK/$PATH_NAME-espgw-$side.conf" <<EOS
-tun-name = espgw0
-tun-queues = $ESPGW_TUN_QUEUES
-local-address = $local_address
-static-sa-file = $PATH_NAME-static-$side.conf
-workers = $ESPGW_WORKERS
-log-level = info
-${ESPGW_EXTRA_CONF:-}
-EOS
+    write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_address" \
+      "static-sa-file = $PATH_NAME-static-$side.conf"
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")
     wait_for 5 sh -c "ip -n '$ns' link show espgw0 | grep -q UP" ||
@@ -266,6 +323,9 @@ EOS
 swan() {  # swanctl with a minimal plugin list (bench/strongswan/swanctl-client.conf)
   STRONGSWAN_CONF=$STRONGSWAN_TEMPLATES/swanctl-client.conf swanctl "$@"
 }
+# The same as a plain command, for `tracked` (which then tracks swanctl itself, so that an
+# interrupt stops a pending --initiate at once).
+SWANCTL=(env "STRONGSWAN_CONF=$STRONGSWAN_TEMPLATES/swanctl-client.conf" swanctl)
 
 fill_template() {  # fill_template TEMPLATE OUT KEY=VALUE...
   local template=$1 out=$2 expr=() kv
@@ -311,6 +371,81 @@ setup_libipsec() {
   swan --list-sas --uri "unix://$WORK/charon-a.vici" >"$WORK/$PATH_NAME-list-sas-before.txt" 2>&1 || true
   meta tunnel_interface ipsec0
   meta description "strongSwan $($CHARON --version 2>&1 | awk '{print $NF}' | head -1) charon + kernel-libipsec, IKEv2 PSK, AES-128-GCM, ESP in UDP 4500 (encap = yes)"
+}
+
+# espgw under charon: each gateway runs espgw (control socket, no SAs of its own) and a
+# charon with the espgw plugin, which hands espgw the SAs and carries IKE through espgw's
+# WAN socket. The tunnel is the libipsec path's: same swanctl.conf, same PSK IKEv2,
+# AES-128-GCM, encap = yes, brought up with swanctl --initiate.
+setup_espgw_charon() {
+  local psk side
+  ensure_charon_tools
+  psk=$(random_hex 24)
+  for side in a b; do
+    local ns=$GWA local_addr=192.0.2.1 remote_addr=192.0.2.2 local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16 other=b
+    [[ $side == b ]] && ns=$GWB local_addr=192.0.2.2 remote_addr=192.0.2.1 local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16 other=a
+    local ctl=$WORK/$PATH_NAME-espgw-$side.ctl sock=$WORK/$PATH_NAME-charon-$side.vici
+    write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_addr" "control-socket = $ctl"
+    spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
+    GW_PIDS+=("gw${side^^}:$SPAWNED")
+    wait_while_alive 10 "$SPAWNED" test -S "$ctl" ||
+      path_fail "espgw in gw${side^^} did not open its control socket $ctl: $(first_error "$WORK/$PATH_NAME-espgw-$side.log")"
+    fill_template "$STRONGSWAN_TEMPLATES/strongswan-espgw.conf.in" "$WORK/$PATH_NAME-strongswan-$side.conf" \
+      "ESPGW_SOCKET=$ctl" "VICI_SOCKET=$sock" "LOG_FILE=$WORK/$PATH_NAME-charon-$side.log"
+    fill_template "$STRONGSWAN_TEMPLATES/swanctl.conf.in" "$WORK/$PATH_NAME-swanctl-$side.conf" \
+      "LOCAL_ADDR=$local_addr" "REMOTE_ADDR=$remote_addr" "LOCAL_TS=$local_ts" "REMOTE_TS=$remote_ts" \
+      "LOCAL_ID=gw$side.s2s.test" "REMOTE_ID=gw$other.s2s.test" "PSK=$psk"
+    chmod 600 "$WORK/$PATH_NAME-swanctl-$side.conf"
+    # A private mount namespace with its own /run (charon's pid file path is compiled in);
+    # the plugin through LD_PRELOAD, so nothing is installed on the system.
+    spawn "$WORK/$PATH_NAME-charon-$side.out" ip netns exec "$ns" unshare -m --propagation private \
+      sh -c 'mount -t tmpfs charon-run /run && exec env STRONGSWAN_CONF="$1" LD_PRELOAD="$2" "$3"' \
+      sh "$WORK/$PATH_NAME-strongswan-$side.conf" "$PLUGIN" "$CHARON"
+    GW_PIDS+=("charon${side^^}:$SPAWNED")
+    # Answering on VICI, not only the socket file: charon creates it before it may abort
+    # (e.g. when the plugin is missing: "unmet dependency: CUSTOM:socket").
+    wait_while_alive 10 "$SPAWNED" swan --stats --uri "unix://$sock" ||
+      path_fail "charon in gw${side^^} is not answering on $sock: $(first_error "$WORK/$PATH_NAME-charon-$side.log")"
+    tracked "${SWANCTL[@]}" --load-all --uri "unix://$sock" --file "$WORK/$PATH_NAME-swanctl-$side.conf" \
+      >"$WORK/$PATH_NAME-swanctl-load-$side.log" 2>&1 ||
+      path_fail "swanctl --load-all failed for gw${side^^}: $(first_error "$WORK/$PATH_NAME-swanctl-load-$side.log")"
+  done
+  tracked "${SWANCTL[@]}" --initiate --uri "unix://$WORK/$PATH_NAME-charon-a.vici" --child net --timeout 20 \
+    >"$WORK/$PATH_NAME-swanctl-initiate.log" 2>&1 ||
+    path_fail "swanctl --initiate failed: $(first_error "$WORK/$PATH_NAME-swanctl-initiate.log")"
+  # espgw installs the routes to the remote subnet itself, through espgw0 (proto 245).
+  wait_for 5 sh -c "ip -n '$GWA' route show proto 245 | grep -q '10.2.0.0/16.*espgw0'" ||
+    path_fail "espgw installed no route to 10.2.0.0/16 via espgw0 in gwA: $(ip -n "$GWA" route show table all | grep -v local)"
+  wait_for 5 sh -c "ip -n '$GWB' route show proto 245 | grep -q '10.1.0.0/16.*espgw0'" ||
+    path_fail "espgw installed no route to 10.1.0.0/16 via espgw0 in gwB"
+  meta routes_gwA "$(ip -n "$GWA" route show proto 245 | tr '\n' ';')"
+  meta routes_gwB "$(ip -n "$GWB" route show proto 245 | tr '\n' ';')"
+  # The CHILD_SA as charon installed it (SPIs, ESP proposal, encapsulation), for the JSON.
+  for side in a b; do
+    swan --list-sas --uri "unix://$WORK/$PATH_NAME-charon-$side.vici" --raw \
+      >"$PATH_RESULTS/list-sas-before-gw${side^^}.raw" 2>&1 || true
+  done
+  swan --list-sas --uri "unix://$WORK/$PATH_NAME-charon-a.vici" >"$PATH_RESULTS/list-sas-before-gwA.txt" 2>&1 || true
+  meta tunnel_interface espgw0
+  meta managed_by "charon: strongSwan $($CHARON --version 2>&1 | awk '{print $NF}' | head -1) with the espgw plugin (LD_PRELOAD), tunnel up by swanctl --initiate"
+  meta charon_plugins "$(sed -n 's/^ *load = //p' "$STRONGSWAN_TEMPLATES/strongswan-espgw.conf.in" | head -1)"
+  meta plugin "$PLUGIN"
+  meta espgwctl "$ESPGWCTL"
+  meta espgw "$ESPGW"
+  meta description "espgw under strongSwan charon (espgw plugin), IKEv2 PSK, AES-128-GCM, ESP in UDP 4500 (encap = yes), workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+}
+
+# After the measurements: what charon and espgw hold now (the SA byte and packet counters
+# charon reads from espgw, and espgw's own counters and drop reasons per SA and engine).
+collect_espgw_charon() {
+  local side
+  for side in a b; do
+    swan --list-sas --uri "unix://$WORK/$PATH_NAME-charon-$side.vici" --raw \
+      >"$PATH_RESULTS/list-sas-after-gw${side^^}.raw" 2>&1 || true
+    tracked "$ESPGWCTL" --socket "$WORK/$PATH_NAME-espgw-$side.ctl" --json status \
+      >"$PATH_RESULTS/espgwctl-status-gw${side^^}.json" 2>"$PATH_RESULTS/espgwctl-status-gw${side^^}.err" || true
+  done
+  swan --list-sas --uri "unix://$WORK/$PATH_NAME-charon-a.vici" >"$PATH_RESULTS/list-sas-after-gwA.txt" 2>&1 || true
 }
 
 setup_wireguard() {
@@ -434,6 +569,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
     plain) setup_plain ;;
     espgw) setup_espgw udp ;;
     espgw-raw) setup_espgw raw ;;
+    espgw-charon) setup_espgw_charon ;;
     libipsec) setup_libipsec ;;
     wireguard-go) setup_wireguard ;;
     *) path_fail "unknown path '$PATH_NAME'" ;;
@@ -442,7 +578,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
   iface=$(sed -n 's/^tunnel_interface=//p' "$PATH_RESULTS/meta.txt" | tail -n 1)
   verify_path "$iface"
   measure_path
-  if [[ $PATH_NAME == espgw* ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
+  if [[ $PATH_NAME == espgw || $PATH_NAME == espgw-raw ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
     local entry
     for entry in "${GW_PIDS[@]}"; do
       local side=${entry%%:*} lines_before letter
@@ -457,6 +593,8 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
   if [[ $PATH_NAME == libipsec ]]; then
     swan --list-sas --uri "unix://$WORK/charon-a.vici" >"$PATH_RESULTS/list-sas-after.txt" 2>&1 || true
   fi
+  [[ $PATH_NAME == espgw-charon ]] && collect_espgw_charon
+  return 0
 }
 
 # ---------------------------------------------------------------- main
@@ -473,6 +611,7 @@ for PATH_NAME in "${PATHS[@]}"; do
   index=$((index + 1))
   PATH_RESULTS=$RESULTS/$PATH_NAME
   mkdir -p "$PATH_RESULTS"
+  : >"$PATH_RESULTS/started"
   log "=== path $PATH_NAME ==="
   GW_PIDS=()
   set +e
@@ -577,6 +716,103 @@ def parse_iperf(base):
         entry["cpu"] = c
     return entry
 
+def parse_vici_raw(text):
+    """swanctl --list-sas --raw: 'list-sa event {s2s {k=v ... child-sas {net-1 {...}}}}'
+    as nested dicts (lists 'k [a b]' as Python lists); one dict per event or reply."""
+    tokens = re.findall(r"[^\s{}\[\]=]+=[^\s{}\[\]]*|[^\s{}\[\]]+|[{}\[\]]", text)
+    pos = 0
+    def section():
+        nonlocal pos
+        out = {}
+        while pos < len(tokens) and tokens[pos] != "}":
+            tok = tokens[pos]; pos += 1
+            if "=" in tok:
+                k, _, v = tok.partition("=")
+                out[k] = v
+            elif pos < len(tokens) and tokens[pos] == "{":
+                pos += 1
+                out[tok] = section()
+                pos += 1  # the closing brace
+            elif pos < len(tokens) and tokens[pos] == "[":
+                pos += 1
+                items = []
+                while pos < len(tokens) and tokens[pos] != "]":
+                    items.append(tokens[pos]); pos += 1
+                pos += 1
+                out[tok] = items
+        return out
+    events = []
+    while pos < len(tokens):
+        # an event or reply: '<name words> {' ... '}'
+        while pos < len(tokens) and tokens[pos] != "{":
+            pos += 1
+        if pos >= len(tokens):
+            break
+        pos += 1
+        events.append(section())
+        pos += 1
+    return events
+
+def charon_sa(path):
+    """The IKE_SA and CHILD_SA charon reports, from a saved swanctl --list-sas --raw."""
+    if not os.path.exists(path):
+        return None
+    text = open(path).read()
+    for event in parse_vici_raw(text):
+        for ike_name, ike in event.items():
+            if not isinstance(ike, dict) or "child-sas" not in ike:
+                continue
+            children = [c for c in ike["child-sas"].values() if isinstance(c, dict)]
+            child = next((c for c in children if c.get("state") == "INSTALLED"), children[0] if children else {})
+            def alg(d):
+                a = d.get("encr-alg")
+                return f"{a}-{d['encr-keysize']}" if a and d.get("encr-keysize") else a
+            def num(v):
+                return int(v) if isinstance(v, str) and v.isdigit() else v
+            return {
+                "ike_sa": {"name": ike_name, "state": ike.get("state"), "version": num(ike.get("version")),
+                           "proposal": "/".join(x for x in (alg(ike), ike.get("prf-alg"), ike.get("dh-group")) if x),
+                           "local": f"{ike.get('local-host')}[{ike.get('local-port')}]",
+                           "remote": f"{ike.get('remote-host')}[{ike.get('remote-port')}]",
+                           "nat_any": ike.get("nat-any"), "spi_i": ike.get("initiator-spi"),
+                           "spi_r": ike.get("responder-spi")},
+                "child_sa": {"name": child.get("name"), "state": child.get("state"), "reqid": num(child.get("reqid")),
+                             "mode": child.get("mode"), "protocol": child.get("protocol"),
+                             "encap": child.get("encap", "no"), "esp_proposal": alg(child),
+                             "spi_in": child.get("spi-in"), "spi_out": child.get("spi-out"),
+                             "local_ts": child.get("local-ts"), "remote_ts": child.get("remote-ts"),
+                             "bytes_in": num(child.get("bytes-in")), "packets_in": num(child.get("packets-in")),
+                             "bytes_out": num(child.get("bytes-out")), "packets_out": num(child.get("packets-out"))},
+                "child_sas_listed": len(children),
+            }
+    return {"error": "no IKE_SA with a CHILD_SA in swanctl --list-sas", "raw": text.strip()[:500]}
+
+def espgwctl_status(path):
+    """espgwctl --json status, with its drop counters summed (SAs and engine)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        status = json.load(open(path))
+    except Exception as e:
+        err = path[:-5] + ".err"
+        return {"error": f"espgwctl --json status: {e} {open(err).read().strip() if os.path.exists(err) else ''}".strip()}
+    sas = (status.get("list-sas") or {}).get("sas") or {}
+    sa_drops = {}
+    for name, sa in sas.items():
+        for reason, v in (sa.get("drops") or {}).items():
+            if str(v).isdigit() and int(v):
+                sa_drops[f"{name}/{reason}"] = int(v)
+    stats = status.get("stats") or {}
+    def nonzero(d, only=lambda k: True):
+        return {k: int(v) for k, v in (d or {}).items() if only(k) and str(v).isdigit() and int(v)}
+    engine, gateway = nonzero(stats.get("engine-drops")), nonzero(stats.get("gateway-drops"))
+    wan = nonzero(stats.get("wan"), lambda k: k.endswith("kernel-drops"))  # the socket's receive buffer
+    return {"drops_total": sum(sa_drops.values()) + sum(engine.values()) + sum(gateway.values()) + sum(wan.values()),
+            "sa_drops": sa_drops, "engine_drops": engine, "gateway_drops": gateway, "wan_kernel_drops": wan,
+            "sa_packets": {name: {k: sa.get(k) for k in ("direction", "spi", "packets", "bytes", "origin") if k in sa}
+                           for name, sa in sas.items()},
+            "status": status}
+
 tests = ["a_to_b_P1", "a_to_b_P4", "b_to_a_P1", "b_to_a_P4"]
 report = {
     "benchmark": "site_to_site",
@@ -598,7 +834,8 @@ report = {
         "wireguard_go": sh("wireguard-go --version | head -1"),
         "espgw_git": sh("git -C '$ROOT' rev-parse --short HEAD") + (" (dirty)" if sh("git -C '$ROOT' status --porcelain --untracked-files=no") else ""),
     },
-    "espgw": {"binary": "$ESPGW_BIN", "workers": int("$ESPGW_WORKERS"), "tun_queues": int("$ESPGW_TUN_QUEUES")},
+    "espgw": {"binary": "$ESPGW_BIN", "workers": int("$ESPGW_WORKERS"), "tun_queues": int("$ESPGW_TUN_QUEUES"),
+              "espgwctl": "$ESPGWCTL", "charon_plugin": "$PLUGIN"},
     "paths": {},
 }
 for p in paths:
@@ -616,6 +853,19 @@ for p in paths:
         f = os.path.join(d, f"counters-{side}.txt")
         if os.path.exists(f):
             entry.setdefault("espgw_counters", {})[side] = [l.split(": ", 1)[-1] for l in open(f).read().splitlines()]
+    for side in ("gwA", "gwB"):
+        before = charon_sa(os.path.join(d, f"list-sas-before-{side}.raw"))
+        if before is not None:
+            after = charon_sa(os.path.join(d, f"list-sas-after-{side}.raw"))
+            entry.setdefault("charon_sas", {})[side] = {"after_setup": before, "after_run": after}
+        st = espgwctl_status(os.path.join(d, f"espgwctl-status-{side}.json"))
+        if st is not None:
+            entry.setdefault("espgwctl_after_run", {})[side] = st
+    cs = entry.get("charon_sas", {})
+    if "gwA" in cs and "gwB" in cs:
+        a = (cs["gwA"]["after_setup"] or {}).get("child_sa", {})
+        b = (cs["gwB"]["after_setup"] or {}).get("child_sa", {})
+        entry["charon_spis_match"] = bool(a.get("spi_out")) and a.get("spi_out") == b.get("spi_in") and a.get("spi_in") == b.get("spi_out")
     entry["tests"] = {t: parse_iperf(os.path.join(d, t)) for t in tests if os.path.exists(os.path.join(d, t + ".json"))}
     report["paths"][p] = entry
 
@@ -626,17 +876,25 @@ def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 summary = {}
-for other, key in (("libipsec", "espgw_over_kernel_libipsec"), ("wireguard-go", "espgw_over_wireguard_go"),
-                   ("plain", "espgw_over_plain")):
-    summary[key] = {t: ratio(gbit("espgw", t), gbit(other, t)) for t in tests}
+# (path, key prefix): espgw with static SAs, and espgw managed by charon
+RATIO_OTHERS = (("libipsec", "kernel_libipsec"), ("wireguard-go", "wireguard_go"), ("plain", "plain"))
+for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
+    for other, name in RATIO_OTHERS + ((("espgw", "espgw_static"),) if mine == "espgw-charon" else ()):
+        summary[f"{prefix}_over_{name}"] = {t: ratio(gbit(mine, t), gbit(other, t)) for t in tests}
 lat = lambda p, k: (report["paths"].get(p, {}).get(k) or {}).get("median_ms")
-e_load, p_idle = lat("espgw", "ping_under_load"), lat("plain", "ping_idle")
-summary["espgw_added_latency_under_load_ms"] = round(e_load - p_idle, 3) if e_load is not None and p_idle is not None else None
+p_idle = lat("plain", "ping_idle")
+for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
+    load = lat(mine, "ping_under_load")
+    summary[f"{prefix}_added_latency_under_load_ms"] = round(load - p_idle, 3) if load is not None and p_idle is not None else None
 summary["targets"] = {
     "espgw >= 10x kernel-libipsec (a_to_b_P4)": summary["espgw_over_kernel_libipsec"]["a_to_b_P4"],
     "espgw >= 0.5x plain (a_to_b_P4)": summary["espgw_over_plain"]["a_to_b_P4"],
     "espgw > wireguard-go (a_to_b_P4)": summary["espgw_over_wireguard_go"]["a_to_b_P4"],
     "added latency under load <= 1 ms": summary["espgw_added_latency_under_load_ms"],
+    "espgw-charon >= 10x kernel-libipsec (a_to_b_P4)": summary["espgw_charon_over_kernel_libipsec"]["a_to_b_P4"],
+    "espgw-charon >= 0.5x plain (a_to_b_P4)": summary["espgw_charon_over_plain"]["a_to_b_P4"],
+    "espgw-charon > wireguard-go (a_to_b_P4)": summary["espgw_charon_over_wireguard_go"]["a_to_b_P4"],
+    "espgw-charon added latency under load <= 1 ms": summary["espgw_charon_added_latency_under_load_ms"],
 }
 report["summary"] = summary
 with open(out_path, "w") as f:
@@ -660,10 +918,30 @@ for p in paths:
     print(f"{p:<13} " + " ".join(f"{fmt(gbit(p, t)):>8}" for t in tests)
           + f" {fmt(lat(p, 'ping_idle'), '{:.3f}'):>8} {fmt(lat(p, 'ping_under_load'), '{:.3f}'):>8} {fmt(e.get('tunnel_mtu'), '{}'):>5}  {cpu_s:<22} {status}")
 print()
-for key, label in (("espgw_over_kernel_libipsec", "espgw / kernel-libipsec"), ("espgw_over_plain", "espgw / plain"),
-                   ("espgw_over_wireguard_go", "espgw / wireguard-go")):
-    print(f"{label:<25} " + "  ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A ')} {fmt(summary[key][t]):>5}" for t in tests))
-print(f"{'espgw added latency':<25} {fmt(summary['espgw_added_latency_under_load_ms'], '{:.3f}')} ms (espgw ping under load − plain idle ping)")
+def ratio_line(key, label):
+    print(f"{label:<31} " + "  ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A ')} {fmt(summary[key][t]):>5}" for t in tests))
+for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
+    if mine not in paths:
+        continue
+    for key, label in ((f"{prefix}_over_kernel_libipsec", f"{mine} / kernel-libipsec"), (f"{prefix}_over_plain", f"{mine} / plain"),
+                       (f"{prefix}_over_wireguard_go", f"{mine} / wireguard-go")):
+        ratio_line(key, label)
+    if mine == "espgw-charon":
+        ratio_line("espgw_charon_over_espgw_static", "espgw-charon / espgw (static)")
+    print(f"{mine + ' added latency':<31} {fmt(summary[prefix + '_added_latency_under_load_ms'], '{:.3f}')} ms ({mine} ping under load − plain idle ping)")
+ec = report["paths"].get("espgw-charon")
+if ec and ec.get("charon_sas"):
+    for side, sa in ec["charon_sas"].items():
+        child = ((sa.get("after_setup") or {}).get("child_sa")) or {}
+        after = ((sa.get("after_run") or {}).get("child_sa")) or {}
+        st = ec.get("espgwctl_after_run", {}).get(side) or {}
+        drops = ", ".join(f"{k} {v}" for part in ("sa_drops", "engine_drops", "gateway_drops", "wan_kernel_drops")
+                          for k, v in (st.get(part) or {}).items()) or "none"
+        drops = f"{st.get('drops_total', '-')} ({drops})" if st.get("drops_total") else drops
+        print(f"espgw-charon {side}: CHILD_SA {child.get('protocol')} {child.get('esp_proposal')} {child.get('mode')} encap={child.get('encap')} "
+              f"spi in {child.get('spi_in')} out {child.get('spi_out')}; after the run: {after.get('packets_in', '-')} pkts in, "
+              f"{after.get('packets_out', '-')} out (charon's query_sa); espgw drops {drops}")
+    print(f"espgw-charon SPIs of gwA and gwB match: {ec.get('charon_spis_match')}")
 print(f"results: {out_path}")
 EOF
 
