@@ -36,7 +36,7 @@ struct GatewayConfig {
   // workers on different cores put on the wire can overtake each other by more than that
   // inside the kernel, so espgw widens smaller windows to this; 0 from charon (no replay
   // protection) stays 0.
-  uint32_t min_replay_window = 1024;
+  uint32_t min_replay_window = 4096;
   unsigned workers = 0;                     // 0: one per online CPU
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;

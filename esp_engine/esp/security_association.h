@@ -39,7 +39,10 @@ struct SaConfig {
   IpAddress tunnel_source;
   IpAddress tunnel_destination;
   std::optional<UdpEncapsulation> udp_encapsulation;
-  uint32_t replay_window = 1024;           // inbound only; 0 disables anti-replay
+  // Inbound only; 0 disables anti-replay. Wide by default: a worker preempted for a few ms
+  // falls behind its peers by thousands of packets at 400k packets/s, and its packets
+  // must still be inside the window when it commits them.
+  uint32_t replay_window = 4096;
   std::vector<TrafficSelector> selectors;  // inbound only; empty accepts any inner packet
 };
 

@@ -43,7 +43,7 @@ TEST(StaticFile, SiteAExampleParses) {
   EXPECT_EQ(in.direction, Direction::in);
   EXPECT_EQ(in.config.spi, 0x2001u);
   EXPECT_EQ(in.config.tunnel_destination, ip("192.0.2.1"));
-  EXPECT_EQ(in.config.replay_window, 1024u);
+  EXPECT_EQ(in.config.replay_window, 4096u);
 
   ASSERT_EQ(c.policies.size(), 3u);
   const Direction directions[] = {Direction::out, Direction::in, Direction::fwd};
