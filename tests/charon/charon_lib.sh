@@ -9,6 +9,12 @@
 # function in the process before it searches the plugin directory (GUIDE 4.3).
 
 CHARON=/usr/lib/ipsec/charon
+# The shipped example configurations, which the psk-config and x509 scenarios run.
+CONFIGS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../configs" && pwd)
+# Set by a caller: espgw.conf and strongswan.conf built from the shipped examples
+# (configs/espgw.conf, configs/strongswan.conf) instead of the settings below.
+ESPGW_CONF_FROM_EXAMPLE=${ESPGW_CONF_FROM_EXAMPLE:-}
+STRONGSWAN_CONF_BASE=${STRONGSWAN_CONF_BASE:-}
 PSK=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 declare -A CHARON_PID=() ESPGW_PID=()
 
@@ -28,9 +34,19 @@ wait_until() {  # wait_until SECONDS CMD...: true once CMD succeeds
   done
 }
 
-# write_espgw_charon_conf SIDE: espgw.conf for a gateway run by charon.
+# write_espgw_charon_conf SIDE: espgw.conf for a gateway run by charon. With
+# ESPGW_CONF_FROM_EXAMPLE set, configs/espgw.conf with only this side's address and
+# control socket put in.
 write_espgw_charon_conf() {
   local side=$1
+  if [[ -n $ESPGW_CONF_FROM_EXAMPLE ]]; then
+    sed -e "s#^local-address = .*#local-address = $(side_addr "$side")#" \
+        -e "s#^control-socket = .*#control-socket = $WORK/espgw-$side.ctl#" \
+        "$CONFIGS_DIR/espgw.conf" >"$WORK/espgw-$side.conf"
+    grep -qx "control-socket = $WORK/espgw-$side.ctl" "$WORK/espgw-$side.conf" ||
+      { log "configs/espgw.conf has no control-socket line to substitute"; return 1; }
+    return 0
+  fi
   cat >"$WORK/espgw-$side.conf" <<EOS
 tun-name = espgw0
 local-address = $(side_addr "$side")
@@ -52,20 +68,27 @@ start_espgw() {  # start_espgw SIDE
 }
 
 # write_strongswan_conf SIDE BACKEND: BACKEND is espgw or libipsec (strongSwan's own
-# userspace ESP, the interop peer).
+# userspace ESP, the interop peer). With STRONGSWAN_CONF_BASE set (espgw only), that file
+# is included first and supplies the plugin list and install_routes; only the sockets and
+# logging are set here.
 write_strongswan_conf() {
-  local side=$1 backend=$2 load
-  if [[ $backend == espgw ]]; then
+  local side=$1 backend=$2 load="" base=""
+  if [[ $backend == espgw && -n $STRONGSWAN_CONF_BASE ]]; then
+    base="include $STRONGSWAN_CONF_BASE"
+  elif [[ $backend == espgw ]]; then
     # espgw provides kernel_ipsec and the socket; kernel-netlink stays for kernel_net
     # (addresses and routes to find the source address).
     load="random nonce aesni gcm openssl pem pkcs1 x509 pubkey sha1 sha2 hmac kdf espgw kernel-netlink vici"
   else
     load="random nonce aesni gcm openssl pem pkcs1 x509 pubkey sha1 sha2 hmac kdf kernel-libipsec kernel-netlink socket-default vici"
   fi
+  local settings="# load and install_routes from $STRONGSWAN_CONF_BASE"
+  [[ -z $base ]] && settings="load = $load
+  install_routes = $([[ $backend == espgw ]] && echo no || echo yes)"
   cat >"$WORK/strongswan-$side.conf" <<EOS
+$base
 charon {
-  load = $load
-  install_routes = $([[ $backend == espgw ]] && echo no || echo yes)
+  $settings
   routing_table = 220
   routing_table_prio = 220
   plugins {
@@ -82,6 +105,7 @@ charon {
       time_format = %H:%M:%S
       default = 1
       knl = 2
+      chd = ${CHARON_LOG_CHD:-1}
       flush_line = yes
     }
   }
@@ -154,8 +178,57 @@ EOS
   chmod 600 "$WORK/swanctl-$side.conf"
 }
 
-load_swanctl() {  # load_swanctl SIDE
-  swan "$1" --load-all --file "$WORK/swanctl-$1.conf" >"$WORK/swanctl-load-$1.log" 2>&1 ||
+# write_swanctl_from_example SIDE EXAMPLE: $WORK/swanctl-SIDE/swanctl.conf from one of
+# configs/swanctl/ (gwA's side, in this topology's addresses): verbatim for gwA, the mirror
+# image for gwB (addresses, subnets and gwa/gwb swapped). start_action = start becomes
+# none on both sides, so that the test brings the tunnel up with swanctl --initiate.
+# Credentials go into the x509ca/, x509/ and private/ directories next to it, where
+# swanctl --load-all --file looks for them.
+write_swanctl_from_example() {
+  local side=$1 example=$2 dir="$WORK/swanctl-$1"
+  mkdir -p "$dir/x509ca" "$dir/x509" "$dir/private"
+  local mirror=()
+  if [[ $side == b ]]; then
+    mirror=(-e 's/192\.0\.2\.1/@ADDR@/g; s/192\.0\.2\.2/192.0.2.1/g; s/@ADDR@/192.0.2.2/g'
+            -e 's#10\.1\.0\.0/16#@NET@#g; s#10\.2\.0\.0/16#10.1.0.0/16#g; s#@NET@#10.2.0.0/16#g'
+            -e 's/gwa/@GW@/g; s/gwb/gwa/g; s/@GW@/gwb/g')
+  fi
+  sed "${mirror[@]}" -e 's/^\([[:space:]]*start_action = \)start\b/\1none/' "$example" >"$dir/swanctl.conf"
+  chmod 600 "$dir/swanctl.conf"
+  grep -q 'start_action = none' "$dir/swanctl.conf" ||
+    { log "$example: no start_action = start to replace"; return 1; }
+  if [[ -d $WORK/pki ]]; then
+    cp "$WORK/pki/espgw-ca.crt" "$dir/x509ca/"
+    cp "$WORK/pki/gw$side.crt" "$dir/x509/"
+    install -m 600 "$WORK/pki/gw$side.key" "$dir/private/"
+  fi
+}
+
+# make_x509_pki: a CA and a certificate for each gateway (ECDSA P-256, subjectAltName
+# DNS:gwa.espgw.test / DNS:gwb.espgw.test, the ids the swanctl example uses), in $WORK/pki.
+make_x509_pki() {
+  local pki="$WORK/pki" side
+  mkdir -p "$pki"
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/espgw-ca.key" 2>/dev/null
+  openssl req -x509 -new -key "$pki/espgw-ca.key" -subj "/O=espgw test/CN=espgw test CA" \
+    -days 2 -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" -out "$pki/espgw-ca.crt" 2>/dev/null
+  for side in a b; do
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/gw$side.key" 2>/dev/null
+    openssl req -new -key "$pki/gw$side.key" -subj "/O=espgw test/CN=gw$side.espgw.test" \
+      -out "$pki/gw$side.csr" 2>/dev/null
+    printf '%s\n' "subjectAltName = DNS:gw$side.espgw.test" "basicConstraints = critical,CA:FALSE" \
+      "keyUsage = critical,digitalSignature" >"$pki/gw$side.ext"
+    openssl x509 -req -in "$pki/gw$side.csr" -CA "$pki/espgw-ca.crt" -CAkey "$pki/espgw-ca.key" \
+      -set_serial "0x$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')" -days 2 \
+      -extfile "$pki/gw$side.ext" -out "$pki/gw$side.crt" 2>/dev/null
+  done
+  openssl verify -CAfile "$pki/espgw-ca.crt" "$pki/gwa.crt" "$pki/gwb.crt" >/dev/null
+}
+
+load_swanctl() {  # load_swanctl SIDE [SWANCTL_CONF]: default $WORK/swanctl-SIDE.conf
+  local file=${2:-$WORK/swanctl-$1.conf}
+  swan "$1" --load-all --file "$file" >"$WORK/swanctl-load-$1.log" 2>&1 ||
     { log "swanctl --load-all failed on $1:"; cat "$WORK/swanctl-load-$1.log"; return 1; }
 }
 

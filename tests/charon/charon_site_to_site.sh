@@ -15,6 +15,11 @@
 #               rekeys them; charon restarts: espgw removes the stale SAs and routes
 #   interop     gwB runs strongSwan's kernel-libipsec instead (ESP we did not write):
 #               ping and iperf3 both ways
+#   x509        the shipped examples as they are: configs/swanctl/site-to-site-x509.conf
+#               (gwB's side mirrored from it), configs/strongswan.conf and
+#               configs/espgw.conf, with a CA and gateway certificates made by openssl:
+#               tunnel up, ping both ways, list-sas shows the certificates' identities
+#   psk-config  the same with configs/swanctl/site-to-site-psk.conf
 #
 # Usage: charon_site_to_site.sh ESPGW ESPGWCTL PLUGIN SCENARIO
 set -euo pipefail
@@ -279,6 +284,53 @@ run_interop() {
   check "espgw dropped no ESP from kernel-libipsec ($drops_a)" test "$drops_a" = 0
 }
 
+# The shipped configurations (configs/) run as they are; only socket paths, logging, the
+# peer addresses on gwB and start_action (none, the test initiates) are put in.
+run_examples() {  # run_examples psk|x509
+  local auth=$1 side
+  ESPGW_CONF_FROM_EXAMPLE=yes
+  STRONGSWAN_CONF_BASE=$CONFIGS_DIR/strongswan.conf
+  setup_topology
+  start_espgw a
+  start_espgw b
+  start_charon a espgw
+  start_charon b espgw
+  if [[ $auth == x509 ]]; then
+    if make_x509_pki; then pass "openssl made a CA and certificates for gwa.espgw.test and gwb.espgw.test"
+    else fail "making the CA and certificates with openssl"; return 1; fi
+  fi
+  for side in a b; do
+    write_swanctl_from_example "$side" "$CONFIGS_DIR/swanctl/site-to-site-$auth.conf"
+    load_swanctl "$side" "$WORK/swanctl-$side/swanctl.conf"
+  done
+  if initiate a; then pass "swanctl --initiate with configs/swanctl/site-to-site-$auth.conf"
+  else fail "swanctl --initiate"; cat "$WORK/swanctl-initiate.log"; return 1; fi
+  check "espgw installed 2 SAs from charon on gwA" wait_until 5 sas_equal a 2
+  check "ping lanA -> lanB" ping_ok "$LANA" 10.2.0.2
+  check "ping lanB -> lanA" ping_ok "$LANB" 10.1.0.2
+
+  local me peer
+  for side in a b; do
+    me=gw$side.espgw.test peer=gw$(other_side "$side").espgw.test
+    swan "$side" --list-sas >"$WORK/list-sas-$side.txt" 2>"$WORK/list-sas-$side.err" || true
+    check "gw$side: swanctl --list-sas shows local '$me' and remote '$peer'" \
+      sh -c "grep -q \"local  '$me' @ \" '$WORK/list-sas-$side.txt' &&
+             grep -q \"remote '$peer' @ \" '$WORK/list-sas-$side.txt'"
+    if [[ $auth == x509 ]]; then
+      # charon signed with gwX's certificate and verified the peer's against the CA
+      check "gw$side: authenticated with its certificate, verified the peer's ($peer) against the CA" \
+        sh -c "grep -q 'using certificate \"O=espgw test, CN=$peer\"' '$WORK/charon-$side.log' &&
+               grep -q 'using trusted ca certificate \"O=espgw test, CN=espgw test CA\"' '$WORK/charon-$side.log' &&
+               grep -Eq \"authentication of '$peer' with [A-Z0-9_]*ECDSA[A-Z0-9_-]* successful\" '$WORK/charon-$side.log'"
+    else
+      check "gw$side: authenticated the peer ($peer) with the pre-shared key" \
+        grep -q "authentication of '$peer' with pre-shared key successful" "$WORK/charon-$side.log"
+    fi
+  done
+  log "swanctl --list-sas on gwA:"; sed 's/^/    /' "$WORK/list-sas-a.txt"
+  check_terminate
+}
+
 trap 'on_failure_logs; cleanup' EXIT
 case $SCENARIO in
   gcm-udp) run_basic aes128gcm16 yes ;;
@@ -286,6 +338,8 @@ case $SCENARIO in
   rekey) run_rekey ;;
   restart) run_restart ;;
   interop) run_interop ;;
+  x509) run_examples x509 ;;
+  psk-config) run_examples psk ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
 log "$SCENARIO: $PASSES passed, $FAILURES failed"
