@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -28,7 +27,6 @@ namespace {
 
 constexpr size_t kWanBatch = 32;
 constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
-constexpr auto kRoomWait = std::chrono::milliseconds(2);  // see handle_outbound
 
 std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
   char spi_text[16];
@@ -446,16 +444,6 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
     counters_.no_sa.fetch_add(1, std::memory_order_relaxed);
     pipeline_->release(packet);
     return;
-  }
-  // An SA with its maximum in flight: wait for the workers instead of dropping. The
-  // kernel's TUN queue buffers meanwhile, and TCP sees a slower link rather than loss
-  // (a 64 KB TSO frame alone is 45 segments). Bounded, so a stuck SA costs this reader
-  // at most kRoomWait before its packet is dropped as queue-full after all.
-  if (channel->in_flight() >= channel->max_in_flight()) {
-    const auto deadline = std::chrono::steady_clock::now() + kRoomWait;
-    while (channel->in_flight() >= channel->max_in_flight() &&
-           std::chrono::steady_clock::now() < deadline)
-      sched_yield();  // the workers that make room may need this core
   }
   // Drops (queue-full, sequence-exhausted, ...) are counted on the SA.
   pipeline_->submit_outbound(std::move(channel), packet, esp::OuterHeaders::omit);
