@@ -108,6 +108,19 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
         bad("an absolute path of at most 107 characters");
       else
         config.control_socket = value;
+    } else if (key == "charon-vici") {
+      config.charon_vici = value;
+    } else if (key == "parallel-child") {
+      // "NAME N": keep N CHILD_SAs of child config NAME up (ECMP)
+      const auto space = value.find_last_of(" \t");
+      ParallelChild child;
+      if (space == std::string_view::npos ||
+          !parse_number(trim(value.substr(space + 1)), child.count, 1u, 64u) ||
+          trim(value.substr(0, space)).empty())
+        bad("a child config name and a count from 1 to 64, like 'net 4'");
+      else
+        config.parallel_children.push_back(
+            {std::string(trim(value.substr(0, space))), child.count});
     } else if (key == "min-replay-window") {
       if (!parse_number(value, config.min_replay_window, 0u, 65536u)) bad("0 to 65536 packets");
     } else if (key == "ike-port") {
@@ -158,6 +171,9 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
   if (!have_local) result.errors.push_back(path + ": 'local-address' is required");
   if (config.static_sa_file.empty() && config.control_socket.empty())
     result.errors.push_back(path + ": 'static-sa-file' or 'control-socket' is required");
+  if (!config.parallel_children.empty() &&
+      (config.charon_vici.empty() || config.control_socket.empty()))
+    result.errors.push_back(path + ": 'parallel-child' needs 'charon-vici' and 'control-socket'");
   if (!config.control_socket.empty() && config.ike_port == config.udp_port)
     result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
   if (result.errors.empty()) result.config = std::move(config);

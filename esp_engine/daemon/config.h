@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/log.h"
+#include "daemon/parallel_children.h"
 #include "esp/ip_address.h"
 
 namespace espgw::daemon {
@@ -37,6 +38,10 @@ struct GatewayConfig {
   // inside the kernel, so espgw widens smaller windows to this; 0 from charon (no replay
   // protection) stays 0.
   uint32_t min_replay_window = 4096;
+  // ECMP over parallel CHILD_SAs (daemon/parallel_children.h): charon's VICI socket, and
+  // how many CHILD_SAs of which child configs espgw keeps up. Needs control-socket.
+  std::string charon_vici;
+  std::vector<ParallelChild> parallel_children;
   unsigned workers = 0;                     // 0: one per online CPU
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;

@@ -68,6 +68,12 @@ int main(int argc, char** argv) {
       control = std::make_unique<ControlService>(gateway, parsed.config->control_socket);
     gateway.start();
     if (control) control->start();
+    std::unique_ptr<ParallelChildren> parallel;
+    if (!parsed.config->parallel_children.empty()) {
+      parallel = std::make_unique<ParallelChildren>(parsed.config->charon_vici,
+                                                    parsed.config->parallel_children);
+      parallel->start();
+    }
     const auto interval = parsed.config->stats_interval;
     auto next_stats = std::chrono::steady_clock::now() + interval;
     for (;;) {
@@ -87,6 +93,7 @@ int main(int argc, char** argv) {
         next_stats += interval;
       }
     }
+    if (parallel) parallel->stop();
     if (control) control->stop();
     gateway.stop();
     gateway.log_counters();

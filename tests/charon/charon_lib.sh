@@ -54,6 +54,7 @@ control-socket = $WORK/espgw-$side.ctl
 workers = 2
 crypto-backend = ${CRYPTO_BACKEND_SIDE[$side]:-ipsec-mb}
 log-level = ${ESPGW_LOG_LEVEL:-info}
+$(eval "echo \"\${ESPGW_EXTRA_CONF_$side:-}\"")
 EOS
 }
 
@@ -89,6 +90,7 @@ write_strongswan_conf() {
 $base
 charon {
   $settings
+  reuse_ikesa = ${CHARON_REUSE_IKESA:-yes}
   routing_table = 220
   routing_table_prio = 220
   plugins {
@@ -145,7 +147,7 @@ connections {
     remote_addrs = $(side_addr "$other")
     encap = $encap
     mobike = no
-    unique = replace
+    unique = ${SWANCTL_UNIQUE:-replace}
     proposals = aes128gcm16-prfsha256-x25519
     local {
       auth = psk

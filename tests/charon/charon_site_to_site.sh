@@ -364,6 +364,51 @@ run_examples() {  # run_examples psk|x509
   check_terminate
 }
 
+# ECMP over parallel CHILD_SAs: espgw on gwA keeps 3 CHILD_SAs of "net" up through
+# charon's VICI socket (each on its own IKE_SA: reuse_ikesa = no on gwA, unique = no on
+# gwB); flows spread over the 3 outbound SAs; a terminated member comes back.
+group_members() {  # group_members SIDE: members of the SA group of reqid 1
+  espgw_json "$1" sas 'len(d["groups"]["1"]["members"]) if "1" in d.get("groups", {}) else 0'
+}
+members_equal() { [[ $(group_members "$1" 2>/dev/null) == "$2" ]]; }
+group_spis() { espgw_json "$1" sas '" ".join(sorted(d["groups"].get("1", {}).get("members", [])))'; }
+# The group has N members again, and not the same ones as in $2.
+replaced_and_back() { members_equal "$1" "$3" && [[ $(group_spis "$1" 2>/dev/null) != "$2" ]]; }
+
+run_ecmp() {
+  setup_topology
+  ESPGW_EXTRA_CONF_a="charon-vici = $(vici_uri a)
+parallel-child = net 3" start_espgw a
+  start_espgw b
+  CHARON_REUSE_IKESA=no start_charon a espgw
+  start_charon b espgw
+  SWANCTL_UNIQUE=no write_swanctl_conf a aes128gcm16 yes 1h
+  SWANCTL_UNIQUE=no write_swanctl_conf b aes128gcm16 yes 1h
+  load_swanctl b
+  load_swanctl a
+  check "espgw brought up 3 CHILD_SAs of 'net' by itself: an ECMP group of 3 on gwA" wait_until 20 members_equal a 3
+  check "gwB has an SA group of 3 too" wait_until 5 members_equal b 3
+  in_ns "$LANB" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$LANB' ss -Hltn 'sport = :5201' | grep -q ."
+  in_ns "$LANA" timeout 20 iperf3 -c 10.2.0.2 -t 3 -P 8 -C cubic >/dev/null 2>&1 || true
+  local spread
+  spread=$(espgw_json a sas '" ".join(s["packets"] for s in d["sas"].values() if s["direction"] == "out")')
+  check "8 flows spread over all 3 outbound SAs (packets: $spread)" \
+    /usr/bin/python3 -c 'import sys; p = [int(x) for x in sys.argv[1:]]; sys.exit(0 if len(p) == 3 and min(p) > 0 else 1)' $spread
+  local received
+  received=$(espgw_json b sas '" ".join(s["packets"] for s in d["sas"].values() if s["direction"] == "in")')
+  check "gwB accepted packets on every member (packets: $received)" \
+    /usr/bin/python3 -c 'import sys; p = [int(x) for x in sys.argv[1:]]; sys.exit(0 if len(p) == 3 and min(p) > 0 else 1)' $received
+  local ike before
+  before=$(group_spis a)
+  ike=$(swan a --list-sas --raw 2>/dev/null | grep -o 'uniqueid=[0-9]*' | head -1 | cut -d= -f2)
+  swan a --terminate --ike-id "$ike" --timeout 10 >/dev/null 2>&1 || true
+  check "after IKE_SA #$ike was terminated, espgw brought the group back to 3 with a new member" \
+    wait_until 20 replaced_and_back a "$before" 3
+  log "members before: $before; after: $(group_spis a)"
+  check "ping through the group" ping_ok "$LANA" 10.2.0.2
+}
+
 trap 'on_failure_logs; cleanup' EXIT
 case $SCENARIO in
   gcm-udp) CHARON_LOG_CHD=4 ESPGW_LOG_LEVEL=debug run_basic aes128gcm16 yes ;;
@@ -371,6 +416,7 @@ case $SCENARIO in
   rekey) run_rekey ;;
   restart) run_restart ;;
   interop) run_interop ;;
+  ecmp) run_ecmp ;;
   x509) run_examples x509 ;;
   psk-config) run_examples psk ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;

@@ -83,3 +83,39 @@ TEST(GatewayConfig, RequiredKeysAndMissingFile) {
 
 }  // namespace
 }  // namespace espgw::daemon
+
+namespace espgw::daemon {
+namespace {
+
+TEST(GatewayConfig, ParallelChildrenForEcmp) {
+  const auto result = parse_gateway_config_text(R"(local-address = 192.0.2.1
+control-socket = /run/espgw/control.sock
+charon-vici = unix:///run/charon.vici
+parallel-child = net 4
+parallel-child = other net  2
+)",
+                                                "e.conf");
+  ASSERT_TRUE(result.config) << (result.errors.empty() ? "" : result.errors.front());
+  const auto& children = result.config->parallel_children;
+  ASSERT_EQ(children.size(), 2u);
+  EXPECT_EQ(children[0].name, "net");
+  EXPECT_EQ(children[0].count, 4u);
+  EXPECT_EQ(children[1].name, "other net");
+  EXPECT_EQ(children[1].count, 2u);
+  EXPECT_EQ(result.config->charon_vici, "unix:///run/charon.vici");
+
+  const auto bad = parse_gateway_config_text(R"(local-address = 192.0.2.1
+control-socket = /run/espgw/control.sock
+parallel-child = net
+parallel-child = net 65
+parallel-child = net 2
+)",
+                                             "e.conf");
+  ASSERT_EQ(bad.errors.size(), 3u);
+  EXPECT_NE(bad.errors[0].find("e.conf:3:"), std::string::npos) << bad.errors[0];
+  EXPECT_NE(bad.errors[1].find("e.conf:4:"), std::string::npos) << bad.errors[1];
+  EXPECT_NE(bad.errors[2].find("needs 'charon-vici'"), std::string::npos) << bad.errors[2];
+}
+
+}  // namespace
+}  // namespace espgw::daemon
