@@ -38,7 +38,8 @@ bool operator==(const SadEntry& a, const SadEntry& b) {
          x.tunnel_destination == y.tunnel_destination &&
          same_encapsulation(x.udp_encapsulation, y.udp_encapsulation) &&
          x.replay_window == y.replay_window && same_selectors(x.selectors, y.selectors) &&
-         a.direction == b.direction && a.reqid == b.reqid && a.lifetimes == b.lifetimes;
+         a.direction == b.direction && a.reqid == b.reqid && a.lifetimes == b.lifetimes &&
+         a.group_slot == b.group_slot;
 }
 
 Sad::Key Sad::key_of(uint32_t spi, const esp::IpAddress& destination) {

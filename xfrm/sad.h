@@ -24,6 +24,10 @@ struct SadEntry {
   Direction direction = Direction::out;  // out or in
   uint32_t reqid = 0;                    // the SA group policies name; 0 = in no group
   Lifetimes lifetimes;
+  // Outbound: which slot of its SA group the SA fills. A CHILD_SA's rekeyed SA takes its
+  // predecessor's slot, so no flow moves; charon's SAs use their IKE_SA's unique id,
+  // 0 means the SPI (static SAs, which are never rekeyed).
+  uint64_t group_slot = 0;
 };
 
 // Field by field, key material included (the config types have no comparison of their

@@ -143,6 +143,8 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
   entry.lifetimes.hard_bytes = reader.optional_number("hard-bytes");
   entry.lifetimes.soft_packets = reader.optional_number("soft-packets");
   entry.lifetimes.hard_packets = reader.optional_number("hard-packets");
+  // The IKE_SA the CHILD_SA belongs to: its rekeys keep their slot in the SA group.
+  entry.group_slot = reader.optional_number("ike-sa");
   entry.lifetimes.soft_seconds = reader.optional_number("soft-seconds");
   entry.lifetimes.hard_seconds = reader.optional_number("hard-seconds");
 

@@ -346,7 +346,11 @@ vici::Message ControlService::list_sas() {
   for (const auto& group : status.groups) {
     std::vector<std::string> members;
     for (uint32_t spi : group.member_spis) members.push_back(spi_text(spi));
-    groups.add_section(std::to_string(group.reqid)).set_list("members", std::move(members));
+    std::vector<std::string> slots;
+    for (uint64_t slot : group.member_slots) slots.push_back(std::to_string(slot));
+    auto& section = groups.add_section(std::to_string(group.reqid));
+    section.set_list("members", std::move(members));
+    section.set_list("slots", std::move(slots));
   }
   return response;
 }

@@ -34,6 +34,13 @@ std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
   return std::string(spi_text) + "/" + destination.to_string();
 }
 
+// The SA group slot an outbound SA fills (its member key for rendezvous hashing): the
+// IKE_SA for charon's SAs, so that a CHILD_SA rekey moves no flow; the SPI for static SAs,
+// which are never rekeyed. The top bit keeps the two kinds apart.
+uint64_t group_slot(const xfrm::SadEntry& entry) {
+  return entry.group_slot != 0 ? (entry.group_slot | (uint64_t{1} << 63)) : entry.config.spi;
+}
+
 uint64_t random_seed() {
   uint64_t seed = 0;
   if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = 0x9e3779b97f4a7c15ull;
@@ -249,6 +256,7 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
 
   std::map<std::string, std::unique_ptr<OutboundEntry>> outbound;
   std::map<std::string, std::unique_ptr<InboundEntry>> inbound;
+  std::map<std::pair<uint32_t, uint64_t>, std::chrono::steady_clock::time_point> slot_holders;
   for (const auto& entry : config.sas) {
     const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
     if (entry.direction == xfrm::Direction::out) {
@@ -271,10 +279,16 @@ void Gateway::apply(const xfrm::StaticConfig& config) {
       }
       auto& group = forwarding->groups[entry.reqid];
       if (!group) group = std::make_shared<pipeline::SaGroup>();
-      // Static SAs are never rekeyed in place, so the SPI is a stable member key. An SA
-      // past its hard lifetime stays out of service across reloads.
-      if (outbound[key]->lifetime.reported != xfrm::LifetimeState::hard)
-        group->set_member(entry.config.spi, outbound[key]->channel);
+      // While a rekey has the old and the new SA of a slot installed, the newer one
+      // carries the slot's flows (as the kernel sends on the newest). An SA past its hard
+      // lifetime stays out of service across reloads.
+      const OutboundEntry& candidate = *outbound[key];
+      auto& holder = slot_holders[{entry.reqid, group_slot(entry)}];
+      if (candidate.lifetime.reported != xfrm::LifetimeState::hard &&
+          candidate.lifetime.added_at >= holder) {
+        holder = candidate.lifetime.added_at;
+        group->set_member(group_slot(entry), candidate.channel);
+      }
     } else {
       esp::SaConfig sa_config = entry.config;
       // charon's SAs carry their traffic selectors; static ones take them from policies.
@@ -598,7 +612,7 @@ void Gateway::enforce_lifetimes() {
     check("out", e->entry, e->lifetime, e->sa->counters(), [&, &entry = e] {
       if (auto group = forwarding->groups.find(entry->entry.reqid);
           group != forwarding->groups.end())
-        group->second->remove_member(entry->entry.config.spi);
+        group->second->remove_member(group_slot(entry->entry), entry->channel.get());
     });
   }
   for (auto& [key, e] : inbound_) {

@@ -145,9 +145,11 @@ GatewayStatus Gateway::status() const {
   }
   const auto forwarding = forwarding_.load();
   for (const auto& [reqid, group] : forwarding->groups) {
-    GroupStatus g{reqid, {}};
-    for (uint64_t member : group->member_keys())
-      g.member_spis.push_back(static_cast<uint32_t>(member));
+    GroupStatus g;
+    g.reqid = reqid;
+    g.member_spis = group->member_spis();
+    g.member_slots = group->member_keys();
+    std::sort(g.member_slots.begin(), g.member_slots.end());
     std::sort(g.member_spis.begin(), g.member_spis.end());
     status.groups.push_back(std::move(g));
   }

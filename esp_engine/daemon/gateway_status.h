@@ -40,6 +40,9 @@ struct SaStatus {
 struct GroupStatus {
   uint32_t reqid = 0;
   std::vector<uint32_t> member_spis;  // outbound SAs that flows are hashed over
+  // The members' slots (rendezvous keys, sorted): flows map to slots, so a set that stays
+  // the same across a rekey means no flow moved.
+  std::vector<uint64_t> member_slots;
 };
 
 struct GatewayStatus {

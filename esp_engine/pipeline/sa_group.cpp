@@ -1,5 +1,6 @@
 #include "pipeline/sa_group.h"
 
+#include "pipeline/channels.h"
 #include "pipeline/flow_hash.h"
 
 namespace espgw::pipeline {
@@ -19,10 +20,16 @@ void SaGroup::set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> c
 }
 
 bool SaGroup::remove_member(uint64_t member_key) {
+  return remove_member(member_key, nullptr);
+}
+
+bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel) {
   std::lock_guard guard(writer_);
   auto next = std::make_shared<Members>(*members_.load());
   const auto before = next->size();
-  std::erase_if(*next, [&](const Member& m) { return m.key == member_key; });
+  std::erase_if(*next, [&](const Member& m) {
+    return m.key == member_key && (!channel || m.channel.get() == channel);
+  });
   if (next->size() == before) return false;
   members_.store(std::move(next));
   return true;
@@ -55,6 +62,12 @@ uint64_t SaGroup::pick_key(uint64_t flow_hash) const {
 
 size_t SaGroup::size() const {
   return members_.load()->size();
+}
+
+std::vector<uint32_t> SaGroup::member_spis() const {
+  std::vector<uint32_t> spis;
+  for (const Member& member : *members_.load()) spis.push_back(member.channel->sa().config().spi);
+  return spis;
 }
 
 std::vector<uint64_t> SaGroup::member_keys() const {

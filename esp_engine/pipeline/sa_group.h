@@ -23,6 +23,9 @@ class SaGroup {
   // Adds a member, or replaces the channel of an existing member (rekey).
   void set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> channel);
   bool remove_member(uint64_t member_key);
+  // Removes the member only while `channel` is still its channel: an old SA that expires
+  // after a rekey gave its slot to the new one must not take the new one out.
+  bool remove_member(uint64_t member_key, const OutboundChannel* channel);
   // The member for a flow, or nullptr when the group is empty.
   std::shared_ptr<OutboundChannel> pick(uint64_t flow_hash) const;
   // The member key a flow maps to (for tests and status); 0 when empty.
@@ -30,6 +33,8 @@ class SaGroup {
   size_t size() const;
   // The member keys, in no particular order (for status displays).
   std::vector<uint64_t> member_keys() const;
+  // The SPIs of the members' current SAs, in no particular order (for status displays).
+  std::vector<uint32_t> member_spis() const;
 
  private:
   struct Member {

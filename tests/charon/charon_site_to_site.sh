@@ -372,6 +372,7 @@ group_members() {  # group_members SIDE: members of the SA group of reqid 1
 }
 members_equal() { [[ $(group_members "$1" 2>/dev/null) == "$2" ]]; }
 group_spis() { espgw_json "$1" sas '" ".join(sorted(d["groups"].get("1", {}).get("members", [])))'; }
+group_slots() { espgw_json "$1" sas '" ".join(d["groups"].get("1", {}).get("slots", []))'; }
 # The group has N members again, and not the same ones as in $2.
 replaced_and_back() { members_equal "$1" "$3" && [[ $(group_spis "$1" 2>/dev/null) != "$2" ]]; }
 
@@ -399,6 +400,14 @@ parallel-child = net 3" start_espgw a
   received=$(espgw_json b sas '" ".join(s["packets"] for s in d["sas"].values() if s["direction"] == "in")')
   check "gwB accepted packets on every member (packets: $received)" \
     /usr/bin/python3 -c 'import sys; p = [int(x) for x in sys.argv[1:]]; sys.exit(0 if len(p) == 3 and min(p) > 0 else 1)' $received
+  # A CHILD_SA rekey gives the new SA its predecessor's slot (its IKE_SA): the SPIs
+  # change, the slots that flows are hashed onto do not, so no flow moves.
+  local slots_before spis_before child
+  slots_before=$(group_slots a) spis_before=$(group_spis a)
+  child=$(swan a --list-sas --raw 2>/dev/null | grep -o 'net-[0-9]* {name=net uniqueid=[0-9]*' | head -1 | grep -o '[0-9]*$')
+  swan a --rekey --child-id "$child" >/dev/null 2>&1 || true
+  check "rekeying CHILD_SA #$child replaced an SA of the group" wait_until 10 replaced_and_back a "$spis_before" 3
+  check "and kept the group's slots, so no flow moved ($slots_before)" test "$(group_slots a)" = "$slots_before"
   local ike before
   before=$(group_spis a)
   ike=$(swan a --list-sas --raw 2>/dev/null | grep -o 'uniqueid=[0-9]*' | head -1 | cut -d= -f2)

@@ -89,6 +89,15 @@ TEST(CharonMessages, OutboundSaBecomesASadEntry) {
   EXPECT_EQ(entry.lifetimes.soft_seconds, 3600u);
   EXPECT_EQ(entry.lifetimes.hard_seconds, 3960u);
   EXPECT_TRUE(entry.config.selectors.empty());  // outbound SAs are chosen by policy
+  EXPECT_EQ(entry.group_slot, 0u);              // no IKE_SA named: the SPI is the slot
+}
+
+TEST(CharonMessages, TheIkeSaIsTheGroupSlot) {
+  Message m = add_sa();
+  m.set("ike-sa", 42);
+  auto result = sa_from_add_sa(m);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  EXPECT_EQ(std::get<xfrm::SadEntry>(result).group_slot, 42u);
 }
 
 TEST(CharonMessages, InboundSaCarriesItsSelectors) {

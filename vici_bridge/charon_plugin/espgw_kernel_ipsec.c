@@ -252,6 +252,7 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	const char *algorithm = algorithm_name(data->enc_alg, data->enc_key.len);
 	evc_builder_t b;
 	chunk_t packet;
+	ike_sa_t *ike_sa;
 	char key[64];
 	status_t status;
 
@@ -294,6 +295,12 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 		evc_add_u64(&b, "hard-packets", data->lifetime->packets.life);
 		evc_add_u64(&b, "soft-seconds", data->lifetime->time.rekey);
 		evc_add_u64(&b, "hard-seconds", data->lifetime->time.life);
+	}
+	/* the IKE_SA this thread works on: a rekeyed CHILD_SA keeps its ECMP slot */
+	ike_sa = charon->bus->get_sa(charon->bus);
+	if (ike_sa)
+	{
+		evc_add_u64(&b, "ike-sa", ike_sa->get_unique_id(ike_sa));
 	}
 	add_ts_list(&b, "src-ts", data->src_ts);
 	add_ts_list(&b, "dst-ts", data->dst_ts);
