@@ -20,7 +20,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 source "$HERE/../tests/netns/lib.sh"
 # shellcheck source=tests/charon/charon_lib.sh
 source "$HERE/../tests/charon/charon_lib.sh"
-trap cleanup EXIT
+trap 'stop_charons; cleanup' EXIT
 
 iperf() {  # iperf CLIENT_NS SERVER_NS ADDRESS [iperf3 options]: prints Gbit/s
   local client=$1 server=$2 address=$3

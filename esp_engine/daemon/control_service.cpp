@@ -382,6 +382,9 @@ vici::Message ControlService::stats() {
   {
     std::lock_guard lock(mutex_);
     response.set_bool("charon-attached", !charon_instance_.empty());
+    // Counts for scripts at scale, where list-sas gets long.
+    response.set("sas", static_cast<uint64_t>(status.sas.size()));
+    response.set("charon-sas", static_cast<uint64_t>(sas_.size()));
   }
   add_counters(response, "gateway-drops", status.gateway_drops);
   add_counters(response, "engine-drops", status.engine_drops);

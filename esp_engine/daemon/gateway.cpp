@@ -209,11 +209,16 @@ unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
   unsigned mtu = 0;
   for (const auto& sa : config.sas) {
     if (sa.direction != xfrm::Direction::out) continue;
-    const auto route = netlink_.route_mtu(sa.config.tunnel_destination);
-    if (!route) {
-      log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
+    // One route lookup per peer, not per SA and change: charon installs SAs one at a
+    // time, and this runs after each. reload() forgets the cache.
+    const std::string peer = sa.config.tunnel_destination.to_string();
+    auto cached = path_mtus_.find(peer);
+    if (cached == path_mtus_.end()) {
+      const auto route = netlink_.route_mtu(sa.config.tunnel_destination);
+      if (!route) log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
+      cached = path_mtus_.emplace(peer, route ? route.mtu : 1500).first;
     }
-    const uint32_t path = route ? route.mtu : 1500;
+    const uint32_t path = cached->second;
     max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
     const size_t overhead = esp::max_esp_overhead(sa.config.tunnel_destination.family == 6,
                                                   sa.config.udp_encapsulation.has_value());
@@ -349,6 +354,9 @@ void Gateway::sync_routes(const xfrm::StaticConfig& config) {
       if (auto r = netlink_.remove_route(route, tun_->name()); !r)
         log(LogLevel::warn, "%s", r.message.c_str());
   for (const auto& route : wanted) {
+    if (std::any_of(routes_.begin(), routes_.end(),
+                    [&](const auto& p) { return xfrm::same_prefix(p, route); }))
+      continue;  // ours already
     auto r = netlink_.add_route(route, tun_->name());
     if (!r && !r.already_exists())
       log(LogLevel::error, "%s", r.message.c_str());
@@ -371,6 +379,7 @@ bool Gateway::reload() {
   }
   std::lock_guard lock(control_mutex_);
   static_config_ = std::move(*file.config);
+  path_mtus_.clear();  // a reload also picks up WAN MTU changes
   apply_locked(merged_config());
   log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
       config_.static_sa_file.c_str(), outbound_.size(), inbound_.size());

@@ -143,7 +143,8 @@ class Gateway {
   // stays until its channel is gone (the last packet and snapshot let go of it).
   std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>
       retired_;
-  std::vector<esp::IpPrefix> routes_;  // routes we added, to remove on exit
+  std::vector<esp::IpPrefix> routes_;          // routes we added, to remove on exit
+  std::map<std::string, uint32_t> path_mtus_;  // route MTU towards each peer, by address
   std::atomic<std::shared_ptr<const Forwarding>> forwarding_;
 
   // Serialises changes (reload, charon's updates, lifetimes) and status readers. The data

@@ -254,3 +254,18 @@ print(value("bytes-in"), value("packets-in"), value("bytes-out"), value("packets
 espgw_json() {  # espgw_json SIDE COMMAND PY_EXPR  (the answer is `d`)
   espgwctl_on "$1" --json "$2" | /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($3)"
 }
+
+# Stops the charons before anything else. charon 5.9.8 can hang in its own shutdown
+# (libcharon_deinit waiting on a lock) when a VICI client such as espgw's parallel-child
+# watcher disappears while charon is still tearing down; charon goes first, with espgw
+# still answering its del_sa calls, and gets SIGKILL if it is not gone after 5 s.
+stop_charons() {
+  local pid
+  for pid in "${CHARON_PID[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${CHARON_PID[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  CHARON_PID=()
+}

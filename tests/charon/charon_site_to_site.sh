@@ -418,7 +418,7 @@ parallel-child = net 3" start_espgw a
   check "ping through the group" ping_ok "$LANA" 10.2.0.2
 }
 
-trap 'on_failure_logs; cleanup' EXIT
+trap 'on_failure_logs; stop_charons; cleanup' EXIT
 case $SCENARIO in
   gcm-udp) CHARON_LOG_CHD=4 ESPGW_LOG_LEVEL=debug run_basic aes128gcm16 yes ;;
   chacha-raw) run_basic chacha20poly1305 no ;;

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Plots bench/scaling_bench.sh's JSON: establishment time, install rate and memory per SA
+against the number of CHILD_SAs, and ECMP throughput and fairness against the number of
+IKE_SAs."""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(source, target):
+    data = json.load(open(source))
+    children = [r for r in data["results"] if r["kind"] == "children"]
+    pairs = [r for r in data["results"] if r["kind"] == "pairs"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig.suptitle(f"espgw under charon: scaling ({data['cpus']} CPUs, {data['date'][:10]})")
+
+    n = [r["child_sas"] for r in children]
+    ax = axes[0][0]
+    ax.plot(n, [r["establish_seconds"] for r in children], "o-")
+    ax.set_xscale("log")
+    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_ylabel("seconds until espgw holds all SAs")
+    ax.grid(True, alpha=0.3)
+
+    ax = axes[0][1]
+    rates = [(r["child_sas"], r["install_rate_sas_per_second"]) for r in children
+             if r["install_rate_sas_per_second"]]
+    if rates:
+        ax.plot([x for x, _ in rates], [y for _, y in rates], "o-", label="measured")
+    ax.axhline(2000, color="grey", linestyle="--", label="target 2000 SAs/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_ylabel("SAs installed per second")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+
+    ax = axes[1][0]
+    marginal = [(r["child_sas"], r["marginal_bytes_per_sa"] / 1024) for r in children
+                if r.get("marginal_bytes_per_sa")]
+    if marginal:
+        ax.plot([x for x, _ in marginal], [y for _, y in marginal], "o-",
+                label="measured (growth beyond the smallest run)")
+    ax.axhline(4, color="grey", linestyle="--", label="target 4 KiB")
+    ax.set_xscale("log")
+    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_ylabel("espgw RSS growth per SA, KiB")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+
+    ax = axes[1][1]
+    m = [r["ike_sas"] for r in pairs]
+    ax.bar([str(x) for x in m], [r["throughput_gbps"] or 0 for r in pairs], color="#1565c0")
+    ax.set_xlabel("ECMP members (IKE_SAs, one CHILD_SA each)")
+    ax.set_ylabel("aggregate TCP Gbit/s")
+    twin = ax.twinx()
+    twin.plot([str(x) for x in m], [r["jain_fairness"] or 0 for r in pairs], "o-", color="#c62828")
+    twin.set_ylim(0, 1.05)
+    twin.set_ylabel("Jain fairness over members", color="#c62828")
+    fig.tight_layout()
+    fig.savefig(target, dpi=100)
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Multi-tunnel scaling harness: espgw under two charons (the espgw plugin) in the
+# four-namespace topology of tests/netns/lib.sh, at growing numbers of SAs.
+#
+#   children  N CHILD_SAs (N in SCALE_CHILDREN, default 1 10 100 1000) on one IKE_SA,
+#             each child config with its own traffic selector (remote UDP port
+#             20000+i), all started by charon when the config is loaded (start_action =
+#             start). Measures the time until espgw holds all 2N SAs, the rate at which
+#             the plugin installed them (espgw's log timestamps of the first and last
+#             install), and espgw's memory per SA (VmRSS growth / 2N).
+#   pairs     M IKE_SAs (M in SCALE_PAIRS, default 1 2 4 8), each with one CHILD_SA of the
+#             same child config (espgw's parallel-child; reuse_ikesa = no): the ECMP
+#             group of M members. Measures the time to establish them, the aggregate
+#             iperf3 TCP throughput with SCALE_FLOWS (16) flows for SCALE_SECONDS (5), and
+#             how fairly the flows' packets spread over the M outbound SAs (Jain's index,
+#             1 = even).
+#
+# Writes SCALE_OUT (bench/results/scaling.json) and SCALE_PLOT (docs/img/scaling.png,
+# empty: no plot). Needs root; builds nothing: BUILD (default build/release) must hold
+# espgw, espgwctl and the plugin. Namespaces and processes are removed on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$(readlink -f "${BUILD:-$ROOT/build/release}")
+ESPGW=$BUILD/esp_engine/daemon/espgw
+ESPGWCTL=$BUILD/vici_bridge/espgwctl
+PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
+SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000}
+SCALE_PAIRS=${SCALE_PAIRS-1 2 4 8}
+SCALE_FLOWS=${SCALE_FLOWS:-16}
+SCALE_SECONDS=${SCALE_SECONDS:-5}
+SCALE_OUT=${SCALE_OUT:-$ROOT/bench/results/scaling.json}
+SCALE_PLOT=${SCALE_PLOT-$ROOT/docs/img/scaling.png}
+for f in "$ESPGW" "$ESPGWCTL" "$PLUGIN"; do
+  [[ -e $f ]] || { echo "missing $f: build first (cmake --preset release && cmake --build build/release)" >&2; exit 1; }
+done
+
+# shellcheck source=tests/netns/lib.sh
+source "$ROOT/tests/netns/lib.sh"
+# shellcheck source=tests/charon/charon_lib.sh
+source "$ROOT/tests/charon/charon_lib.sh"
+trap 'stop_charons; cleanup' EXIT
+log() { printf '[scaling] %s\n' "$*"; }
+RESULTS=$WORK/results.jsonl
+: >"$RESULTS"
+
+now() { date +%s.%N; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+charon_sas() { espgw_json "$1" stats 'd["charon-sas"]' 2>/dev/null || echo 0; }
+sas_at_least_n() { local n; n=$(charon_sas "$1") && ((n >= $2)); }
+
+stop_daemons() {  # everything start_espgw/start_charon started, by PID: charons first
+  stop_charons
+  for pid in "${ESPGW_PID[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${ESPGW_PID[@]}"; do wait "$pid" 2>/dev/null || true; done
+  ESPGW_PID=()
+  rm -f "$WORK"/espgw-*.log "$WORK"/charon-*.log
+}
+
+# swanctl.conf with N children of distinct selectors on one connection.
+write_children_conf() {  # write_children_conf SIDE N START_ACTION
+  local side=$1 n=$2 start=$3 other local_ts remote_ts i
+  other=$(other_side "$side")
+  if [[ $side == a ]]; then local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16; else local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16; fi
+  {
+    cat <<EOS
+connections {
+  s2s {
+    version = 2
+    local_addrs = $(side_addr "$side")
+    remote_addrs = $(side_addr "$other")
+    encap = yes
+    mobike = no
+    proposals = aes128gcm16-prfsha256-x25519
+    local {
+      auth = psk
+      id = gw$side.espgw.test
+    }
+    remote {
+      auth = psk
+      id = gw$other.espgw.test
+    }
+    children {
+EOS
+    for ((i = 1; i <= n; i++)); do
+      if [[ $side == a ]]; then
+        printf '      c%d {\n        local_ts = %s\n        remote_ts = %s[udp/%d]\n' "$i" "$local_ts" "$remote_ts" $((20000 + i))
+      else
+        printf '      c%d {\n        local_ts = %s[udp/%d]\n        remote_ts = %s\n' "$i" "$local_ts" $((20000 + i)) "$remote_ts"
+      fi
+      printf '        esp_proposals = aes128gcm16\n        start_action = %s\n      }\n' "$start"
+    done
+    cat <<EOS
+    }
+  }
+}
+secrets {
+  ike-s2s {
+    id-a = gwa.espgw.test
+    id-b = gwb.espgw.test
+    secret = 0x$PSK
+  }
+}
+EOS
+  } >"$WORK/swanctl-$side.conf"
+}
+
+# Install timestamps (seconds of the day) of the first and last SA espgw installed.
+install_span() {  # install_span SIDE -> "FIRST LAST COUNT"
+  /usr/bin/python3 - "$WORK/espgw-$1.log" <<'PY'
+import re, sys
+stamps = []
+for line in open(sys.argv[1]):
+    m = re.match(r"(\d+):(\d+):(\d+\.\d+) espgw info: SA (in|out) spi \S+ .* installed", line)
+    if m:
+        stamps.append(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)))
+print(min(stamps, default=0), max(stamps, default=0), len(stamps))
+PY
+}
+
+run_children() {  # run_children N
+  local n=$1 rss_before rss_after t0 t1 timeout=$((30 + n / 10))
+  start_espgw a
+  start_espgw b
+  start_charon a espgw
+  start_charon b espgw
+  write_children_conf b "$n" none
+  write_children_conf a "$n" start
+  load_swanctl b
+  rss_before=$(rss_kib "${ESPGW_PID[a]}")
+  t0=$(now)
+  load_swanctl a  # start_action = start: charon initiates every child
+  local ok=true
+  wait_until "$timeout" sas_at_least_n a $((2 * n)) || ok=false
+  t1=$(now)
+  sleep 1  # let allocations settle before reading RSS
+  rss_after=$(rss_kib "${ESPGW_PID[a]}")
+  local have first last count
+  have=$(charon_sas a)
+  read -r first last count <<<"$(install_span a)"
+  /usr/bin/python3 - "$n" "$have" "$ok" "$t0" "$t1" "$first" "$last" "$count" "$rss_before" "$rss_after" >>"$RESULTS" <<'PY'
+import json, sys
+n, have, ok, t0, t1, first, last, count, rss0, rss1 = sys.argv[1:]
+n, have, count = int(n), int(have), int(count)
+span = float(last) - float(first)
+print(json.dumps({
+    "kind": "children", "child_sas": n, "sas_expected": 2 * n, "sas_installed": have,
+    "complete": ok == "true", "establish_seconds": round(float(t1) - float(t0), 3),
+    "install_span_seconds": round(span, 3),
+    "install_rate_sas_per_second": round((count - 1) / span, 1) if count > 1 and span > 0 else None,
+    "rss_kib_before": int(rss0), "rss_kib_after": int(rss1),
+    "bytes_per_sa": round((int(rss1) - int(rss0)) * 1024 / max(have, 1), 1),
+}))
+PY
+  log "children $n: $(tail -1 "$RESULTS")"
+  stop_daemons
+}
+
+run_pairs() {  # run_pairs M
+  local m=$1 t0 t1
+  ESPGW_EXTRA_CONF_a="charon-vici = $(vici_uri a)
+parallel-child = net $m" start_espgw a
+  start_espgw b
+  CHARON_REUSE_IKESA=no start_charon a espgw
+  start_charon b espgw
+  SWANCTL_UNIQUE=no write_swanctl_conf a aes128gcm16 yes 1h
+  SWANCTL_UNIQUE=no write_swanctl_conf b aes128gcm16 yes 1h
+  load_swanctl b
+  t0=$(now)
+  load_swanctl a  # espgw's parallel-child brings up the M CHILD_SAs
+  local ok=true
+  wait_until $((20 + m * 2)) sas_at_least_n a $((2 * m)) || ok=false
+  t1=$(now)
+  in_ns "$LANB" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$LANB' ss -Hltn 'sport = :5201' | grep -q ."
+  in_ns "$LANA" timeout $((SCALE_SECONDS + 20)) iperf3 -c 10.2.0.2 -t "$SCALE_SECONDS" \
+    -P "$SCALE_FLOWS" -C cubic -J >"$WORK/iperf.json" 2>/dev/null || true
+  kill "$(cat "$WORK/iperf.pid" 2>/dev/null)" 2>/dev/null || true
+  espgwctl_on a --json sas >"$WORK/sas.json" || echo '{}' >"$WORK/sas.json"
+  /usr/bin/python3 - "$m" "$ok" "$t0" "$t1" "$WORK/iperf.json" "$WORK/sas.json" >>"$RESULTS" <<'PY'
+import json, sys
+m, ok, t0, t1, iperf_path, sas_path = sys.argv[1:]
+m = int(m)
+try:
+    gbps = json.load(open(iperf_path))["end"]["sum_received"]["bits_per_second"] / 1e9
+except Exception:
+    gbps = None
+sas = json.load(open(sas_path)).get("sas", {})
+packets = [int(s["packets"]) for s in sas.values() if s.get("direction") == "out"]
+total = sum(packets)
+jain = (total * total) / (len(packets) * sum(p * p for p in packets)) if packets and total else None
+print(json.dumps({
+    "kind": "pairs", "ike_sas": m, "complete": ok == "true",
+    "establish_seconds": round(float(t1) - float(t0), 3), "flows": int(__import__("os").environ.get("SCALE_FLOWS", "16")),
+    "throughput_gbps": round(gbps, 3) if gbps is not None else None,
+    "outbound_packets_per_sa": packets, "jain_fairness": round(jain, 4) if jain else None,
+}))
+PY
+  log "pairs $m: $(tail -1 "$RESULTS")"
+  stop_daemons
+}
+
+export SCALE_FLOWS
+log "topology, then children: $SCALE_CHILDREN; pairs: $SCALE_PAIRS"
+setup_topology
+for n in $SCALE_CHILDREN; do run_children "$n"; done
+for m in $SCALE_PAIRS; do run_pairs "$m"; done
+
+mkdir -p "$(dirname "$SCALE_OUT")"
+/usr/bin/python3 - "$RESULTS" "$SCALE_OUT" <<'PY'
+import json, os, platform, sys, time
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+# Memory per SA at the margin: growth from the smallest run, so that one-off allocations
+# (sockets, per-thread state, the first SA) do not count.
+children = sorted((r for r in rows if r["kind"] == "children"), key=lambda r: r["child_sas"])
+if children:
+    base = children[0]
+    for r in children[1:]:
+        extra = r["sas_installed"] - base["sas_installed"]
+        if extra > 0:
+            r["marginal_bytes_per_sa"] = round((r["rss_kib_after"] - base["rss_kib_after"]) * 1024 / extra, 1)
+out = {
+    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kernel": platform.release(),
+    "cpus": os.cpu_count(), "results": rows,
+}
+json.dump(out, open(sys.argv[2], "w"), indent=2)
+print(f"results: {sys.argv[2]}")
+PY
+if [[ -n $SCALE_PLOT ]]; then
+  /usr/bin/python3 "$ROOT/bench/plot_scaling.py" "$SCALE_OUT" "$SCALE_PLOT"
+fi
