@@ -7,8 +7,9 @@ namespace espgw::pipeline {
 OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
                                const std::atomic<uint64_t>* in_crypto)
     : in_crypto_(in_crypto), buffer_(capacity, hold_ns, first_index) {
-  pending_.reserve(buffer_.capacity());
-  delivering_.reserve(buffer_.capacity());
+  // pending_ and delivering_ grow to what the SA's traffic needs and keep that capacity,
+  // so only the first bursts reallocate. Reserving the full capacity up front cost 8 KB
+  // per channel, most of an idle SA's memory (docs/scaling.md).
 }
 
 bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool) {
