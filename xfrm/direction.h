@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace espgw::xfrm {
 
@@ -10,7 +12,8 @@ namespace espgw::xfrm {
 // forwards what it decrypts and the kernel checks such packets against fwd policies.
 enum class Direction : uint8_t { out, in, fwd };
 
-constexpr const char* direction_name(Direction direction) {
+// The words for directions, as the static file and the control socket write them.
+constexpr std::string_view direction_name(Direction direction) {
   switch (direction) {
     case Direction::out:
       return "out";
@@ -20,6 +23,13 @@ constexpr const char* direction_name(Direction direction) {
       return "fwd";
   }
   return "?";
+}
+
+constexpr std::optional<Direction> parse_direction(std::string_view word) {
+  if (word == "out") return Direction::out;
+  if (word == "in") return Direction::in;
+  if (word == "fwd") return Direction::fwd;
+  return std::nullopt;
 }
 
 }  // namespace espgw::xfrm

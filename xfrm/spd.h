@@ -15,6 +15,26 @@ namespace espgw::xfrm {
 
 enum class PolicyAction : uint8_t { protect, bypass, discard };
 
+// The words for actions, as the static file and the control socket write them.
+constexpr std::string_view action_name(PolicyAction action) {
+  switch (action) {
+    case PolicyAction::protect:
+      return "protect";
+    case PolicyAction::bypass:
+      return "bypass";
+    case PolicyAction::discard:
+      return "discard";
+  }
+  return "?";
+}
+
+constexpr std::optional<PolicyAction> parse_action(std::string_view word) {
+  if (word == "protect") return PolicyAction::protect;
+  if (word == "bypass") return PolicyAction::bypass;
+  if (word == "discard") return PolicyAction::discard;
+  return std::nullopt;
+}
+
 struct Policy {
   uint32_t id = 0;
   Direction direction = Direction::out;

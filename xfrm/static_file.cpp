@@ -212,7 +212,7 @@ SadEntry parse_sa(Words& words) {
   SadEntry sa;
   if (words.done()) fail("sa: missing direction (in or out)");
   const auto direction_word = words.next();
-  auto direction = keywords::parse_direction(direction_word);
+  auto direction = parse_direction(direction_word);
   if (!direction || *direction == Direction::fwd)
     fail("sa: " + describe(direction_word) + " is not a direction (in or out)");
   sa.direction = *direction;
@@ -289,7 +289,7 @@ Policy parse_policy(Words& words) {
   Policy policy;
   if (words.done()) fail("policy: missing direction (out, in or fwd)");
   const auto direction_word = words.next();
-  auto direction = keywords::parse_direction(direction_word);
+  auto direction = parse_direction(direction_word);
   if (!direction)
     fail("policy: " + describe(direction_word) + " is not a direction (out, in or fwd)");
   policy.direction = *direction;
@@ -323,7 +323,7 @@ Policy parse_policy(Words& words) {
     } else if (word == "action") {
       words.once(word);
       const auto value = words.value_for(word);
-      auto action = keywords::parse_action(value);
+      auto action = parse_action(value);
       if (!action) fail("action: " + describe(value) + " is not protect, bypass or discard");
       policy.action = *action;
       have_action = true;
@@ -435,8 +435,7 @@ void check_file(Parsed& p) {
     const Direction sa_direction =
         policy.direction == Direction::out ? Direction::out : Direction::in;
     if (!groups.contains({sa_direction, policy.reqid}))
-      p.errors.emplace_back(line, "policy: no 'sa " +
-                                      std::string(keywords::direction_name(sa_direction)) +
+      p.errors.emplace_back(line, "policy: no 'sa " + std::string(direction_name(sa_direction)) +
                                       "' has reqid " + std::to_string(policy.reqid));
   }
 }

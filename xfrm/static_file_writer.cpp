@@ -29,7 +29,7 @@ void write_sa(std::string& out, const SadEntry& sa) {
   char spi[16];
   std::snprintf(spi, sizeof spi, "0x%08x", c.spi);
   out += "sa ";
-  out += keywords::direction_name(sa.direction);
+  out += direction_name(sa.direction);
   out += " spi ";
   out += spi;
   out += ' ';
@@ -57,7 +57,7 @@ void write_sa(std::string& out, const SadEntry& sa) {
 void write_policy(std::string& out, const Policy& policy) {
   const Selector& s = policy.selector;
   out += "policy ";
-  out += keywords::direction_name(policy.direction);
+  out += direction_name(policy.direction);
   out += " local " + s.local.to_string();
   out += " remote " + s.remote.to_string();
   if (s.protocol != 0) {
@@ -68,7 +68,7 @@ void write_policy(std::string& out, const Policy& policy) {
   if (!s.remote_ports.is_any()) out += " remote-port " + port_range_text(s.remote_ports);
   append_number(out, "priority", policy.priority);
   out += " action ";
-  out += keywords::action_name(policy.action);
+  out += action_name(policy.action);
   if (policy.action == PolicyAction::protect) append_number(out, "reqid", policy.reqid);
   out += '\n';
 }

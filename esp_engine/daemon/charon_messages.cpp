@@ -78,11 +78,9 @@ class Reader {
 };
 
 xfrm::Direction parse_direction(Reader& reader, const std::string& text) {
-  if (text == "out") return xfrm::Direction::out;
-  if (text == "in") return xfrm::Direction::in;
-  if (text == "fwd") return xfrm::Direction::fwd;
-  reader.fail("'dir' must be in, out or fwd");
-  return xfrm::Direction::out;
+  const auto direction = xfrm::parse_direction(text);
+  if (!direction) reader.fail("'dir' must be in, out or fwd");
+  return direction.value_or(xfrm::Direction::out);
 }
 
 }  // namespace
@@ -192,13 +190,9 @@ std::variant<PolicyRequest, std::string> policy_from(const vici::Message& reques
             std::to_string(destination_ports.last) + " proto " + std::to_string(protocol);
 
   if (with_action) {
-    const std::string action = reader.text("action");
-    if (action == "protect")
-      policy.action = xfrm::PolicyAction::protect;
-    else if (action == "bypass")
-      policy.action = xfrm::PolicyAction::bypass;
-    else if (action == "discard")
-      policy.action = xfrm::PolicyAction::discard;
+    const auto action = xfrm::parse_action(reader.text("action"));
+    if (action)
+      policy.action = *action;
     else if (reader.ok())
       reader.fail("'action' must be protect, bypass or discard");
     policy.reqid = static_cast<uint32_t>(reader.optional_number("reqid"));

@@ -359,7 +359,6 @@ vici::Message ControlService::list_policies() {
   const GatewayStatus status = gateway_.status();
   Message response = success();
   auto& policies = response.add_section("policies");
-  static const char* const kActions[] = {"protect", "bypass", "discard"};
   for (const auto& policy : status.policies) {
     auto& section = policies.add_section(std::to_string(policy.id));
     section.set("direction", xfrm::direction_name(policy.direction));
@@ -367,7 +366,7 @@ vici::Message ControlService::list_policies() {
     section.set("remote", policy.selector.remote.to_string());
     section.set("protocol", policy.selector.protocol);
     section.set("priority", policy.priority);
-    section.set("action", kActions[static_cast<size_t>(policy.action)]);
+    section.set("action", xfrm::action_name(policy.action));
     section.set("reqid", policy.reqid);
   }
   return response;
