@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "vici_bridge/vici_client.h"
+#include "vici_bridge/vici_json.h"
 
 using espgw::vici::Client;
 using espgw::vici::Message;
 using espgw::vici::Section;
+using espgw::vici::to_json;
 
 namespace {
 
@@ -27,51 +29,6 @@ void usage() {
                "  stats     gateway drops, WAN sockets, per-worker load, control socket\n"
                "default socket: %s\n",
                kDefaultSocket);
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-std::string to_json(const Section& section, int indent) {
-  const std::string pad(static_cast<size_t>(indent + 2), ' ');
-  std::string out = "{";
-  bool first = true;
-  for (const auto& entry : section.entries()) {
-    out += first ? "\n" : ",\n";
-    first = false;
-    out += pad + json_string(entry.name) + ": ";
-    switch (entry.kind) {
-      case Section::Kind::value:
-        out += json_string(entry.value);
-        break;
-      case Section::Kind::list: {
-        out += "[";
-        for (size_t i = 0; i < entry.items.size(); ++i)
-          out += (i ? ", " : "") + json_string(entry.items[i]);
-        out += "]";
-        break;
-      }
-      case Section::Kind::section:
-        out += to_json(*entry.child, indent + 2);
-        break;
-    }
-  }
-  if (!first) out += "\n" + std::string(static_cast<size_t>(indent), ' ');
-  return out + "}";
 }
 
 std::string value_or(const Section& section, const char* key, const char* fallback = "-") {
@@ -215,11 +172,11 @@ int main(int argc, char** argv) {
     for (const auto& request : requests) answers[request] = client.request(request);
     if (json) {
       if (answers.size() == 1) {
-        std::printf("%s\n", to_json(answers.begin()->second, 0).c_str());
+        std::printf("%s\n", to_json(answers.begin()->second).c_str());
       } else {
         Message combined;
         for (const auto& [name, answer] : answers) combined.add_section(name) = answer;
-        std::printf("%s\n", to_json(combined, 0).c_str());
+        std::printf("%s\n", to_json(combined).c_str());
       }
       return 0;
     }

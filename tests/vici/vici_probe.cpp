@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "vici_bridge/vici_client.h"
+#include "vici_bridge/vici_json.h"
 #include "vici_bridge/vici_server.h"
 
 namespace {
@@ -42,53 +43,13 @@ int usage() {
   return 2;
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-void print(const Section& section, int indent) {
-  const std::string pad(static_cast<size_t>(indent) * 2, ' ');
-  std::cout << "{";
-  bool first = true;
-  for (const Section::Entry& entry : section.entries()) {
-    std::cout << (first ? "\n" : ",\n") << pad << "  " << quoted(entry.name) << ": ";
-    first = false;
-    switch (entry.kind) {
-      case Section::Kind::value:
-        std::cout << quoted(entry.value);
-        break;
-      case Section::Kind::list: {
-        std::cout << "[";
-        for (size_t i = 0; i < entry.items.size(); ++i) {
-          std::cout << (i ? ", " : "") << quoted(entry.items[i]);
-        }
-        std::cout << "]";
-        break;
-      }
-      case Section::Kind::section:
-        print(*entry.child, indent + 1);
-        break;
-    }
-  }
-  std::cout << (first ? "}" : "\n" + pad + "}");
+void print(const Section& section) {
+  std::cout << espgw::vici::to_json(section);
 }
 
 void print_event(const Packet& event) {
-  std::cout << "event " << quoted(event.name) << " ";
-  print(event.message, 0);
+  std::cout << "event \"" << event.name << "\" ";
+  print(event.message);
   std::cout << "\n";
 }
 
@@ -225,12 +186,12 @@ int run(const std::vector<std::string>& args) {
         });
     client.unsubscribe(args[3]);
     std::cout << "events: " << events << "\n";
-    print(response, 0);
+    print(response);
     std::cout << "\n";
     return 0;
   }
   const Message response = client.request(verb, parse_arguments({args.begin() + 2, args.end()}));
-  print(response, 0);
+  print(response);
   std::cout << "\n";
   return 0;
 }
