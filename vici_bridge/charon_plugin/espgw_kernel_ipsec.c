@@ -178,6 +178,24 @@ static status_t send_request(chunk_t packet, const char *what, chunk_t *response
 	return status;
 }
 
+/* send_request() for a request nobody needs afterwards: the packet is wiped and freed. */
+static status_t send_owned(chunk_t packet, const char *what, chunk_t *response_out)
+{
+	status_t status = send_request(packet, what, response_out);
+
+	chunk_clear(&packet);
+	return status;
+}
+
+/* A command without arguments. */
+static status_t send_command(const char *command)
+{
+	evc_builder_t b;
+
+	evc_begin(&b, EVC_CMD_REQUEST, command);
+	return send_owned(evc_finish(&b), command, NULL);
+}
+
 /* The value of a numeric key of a successful response. */
 static bool response_u64(chunk_t response, const char *key, uint64_t *value)
 {
@@ -210,7 +228,7 @@ METHOD(kernel_ipsec_t, get_spi, status_t, private_espgw_kernel_ipsec_t *this, ho
 	evc_begin(&b, EVC_CMD_REQUEST, "get-spi");
 	add_host(&b, "src", src);
 	add_host(&b, "dst", dst);
-	status = send_request(evc_finish(&b), "get-spi", &response);
+	status = send_owned(evc_finish(&b), "get-spi", &response);
 	if (status != SUCCESS)
 	{
 		return status;
@@ -320,7 +338,6 @@ METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
 {
 	evc_builder_t b;
 	chunk_t packet;
-	status_t status;
 
 	/* espgw moves no SA to new addresses; NOT_SUPPORTED makes charon rekey instead, which
 	 * installs fresh SAs for the new addresses */
@@ -337,9 +354,7 @@ METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_bool(&b, "encap", data->encap);
 	evc_add_bool(&b, "new-encap", data->new_encap);
 	packet = evc_finish(&b);
-	status = send_request(packet, "update-sa", NULL);
-	chunk_free(&packet);
-	return status;
+	return send_owned(packet, "update-sa", NULL);
 }
 
 METHOD(kernel_ipsec_t, query_sa, status_t, private_espgw_kernel_ipsec_t *this,
@@ -355,8 +370,7 @@ METHOD(kernel_ipsec_t, query_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_u64(&b, "spi", ntohl(id->spi));
 	add_host(&b, "dst", id->dst);
 	packet = evc_finish(&b);
-	status = send_request(packet, "query-sa", &response);
-	chunk_free(&packet);
+	status = send_owned(packet, "query-sa", &response);
 	if (status != SUCCESS)
 	{
 		return status;
@@ -387,7 +401,6 @@ METHOD(kernel_ipsec_t, del_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_builder_t b;
 	chunk_t packet;
 	char key[64];
-	status_t status;
 
 	sa_key(key, sizeof(key), id->spi, id->dst);
 	espgw_control->forget(espgw_control, key);
@@ -395,23 +408,13 @@ METHOD(kernel_ipsec_t, del_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_u64(&b, "spi", ntohl(id->spi));
 	add_host(&b, "dst", id->dst);
 	packet = evc_finish(&b);
-	status = send_request(packet, "del-sa", NULL);
-	chunk_free(&packet);
-	return status;
+	return send_owned(packet, "del-sa", NULL);
 }
 
 METHOD(kernel_ipsec_t, flush_sas, status_t, private_espgw_kernel_ipsec_t *this)
 {
-	evc_builder_t b;
-	chunk_t packet;
-	status_t status;
-
 	espgw_control->forget_all(espgw_control, "sa/");
-	evc_begin(&b, EVC_CMD_REQUEST, "flush-sas");
-	packet = evc_finish(&b);
-	status = send_request(packet, "flush-sas", NULL);
-	chunk_free(&packet);
-	return status;
+	return send_command("flush-sas");
 }
 
 static const char *policy_type_name(policy_type_t type)
@@ -500,8 +503,7 @@ METHOD(kernel_ipsec_t, query_policy, status_t, private_espgw_kernel_ipsec_t *thi
 	status_t status;
 
 	packet = policy_request("query-policy", id, NULL);
-	status = send_request(packet, "query-policy", &response);
-	chunk_free(&packet);
+	status = send_owned(packet, "query-policy", &response);
 	if (status != SUCCESS)
 	{
 		return status;
@@ -518,28 +520,17 @@ METHOD(kernel_ipsec_t, del_policy, status_t, private_espgw_kernel_ipsec_t *this,
 {
 	chunk_t packet;
 	char key[256];
-	status_t status;
 
 	policy_key(key, sizeof(key), id);
 	espgw_control->forget(espgw_control, key);
 	packet = policy_request("del-policy", id, data);
-	status = send_request(packet, "del-policy", NULL);
-	chunk_free(&packet);
-	return status;
+	return send_owned(packet, "del-policy", NULL);
 }
 
 METHOD(kernel_ipsec_t, flush_policies, status_t, private_espgw_kernel_ipsec_t *this)
 {
-	evc_builder_t b;
-	chunk_t packet;
-	status_t status;
-
 	espgw_control->forget_all(espgw_control, "policy/");
-	evc_begin(&b, EVC_CMD_REQUEST, "flush-policies");
-	packet = evc_finish(&b);
-	status = send_request(packet, "flush-policies", NULL);
-	chunk_free(&packet);
-	return status;
+	return send_command("flush-policies");
 }
 
 METHOD(kernel_ipsec_t, bypass_socket, bool, private_espgw_kernel_ipsec_t *this, int fd,
