@@ -57,52 +57,28 @@ stop_daemons() {  # everything start_espgw/start_charon started, by PID: charons
   rm -f "$WORK"/espgw-*.log "$WORK"/charon-*.log
 }
 
-# swanctl.conf with N children of distinct selectors on one connection.
+# swanctl.conf with N children of distinct selectors (remote UDP port 20000+i) on one
+# connection.
 write_children_conf() {  # write_children_conf SIDE N START_ACTION
-  local side=$1 n=$2 start=$3 other local_ts remote_ts i
-  other=$(other_side "$side")
-  if [[ $side == a ]]; then local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16; else local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16; fi
-  {
-    cat <<EOS
-connections {
-  s2s {
-    version = 2
-    local_addrs = $(side_addr "$side")
-    remote_addrs = $(side_addr "$other")
-    encap = yes
-    mobike = no
-    proposals = aes128gcm16-prfsha256-x25519
-    local {
-      auth = psk
-      id = gw$side.espgw.test
-    }
-    remote {
-      auth = psk
-      id = gw$other.espgw.test
-    }
-    children {
-EOS
-    for ((i = 1; i <= n; i++)); do
-      if [[ $side == a ]]; then
-        printf '      c%d {\n        local_ts = %s\n        remote_ts = %s[udp/%d]\n' "$i" "$local_ts" "$remote_ts" $((20000 + i))
-      else
-        printf '      c%d {\n        local_ts = %s[udp/%d]\n        remote_ts = %s\n' "$i" "$local_ts" $((20000 + i)) "$remote_ts"
-      fi
-      printf '        esp_proposals = aes128gcm16\n        start_action = %s\n      }\n' "$start"
-    done
-    cat <<EOS
-    }
-  }
-}
-secrets {
-  ike-s2s {
-    id-a = gwa.espgw.test
-    id-b = gwb.espgw.test
-    secret = 0x$PSK
-  }
-}
-EOS
-  } >"$WORK/swanctl-$side.conf"
+  local side=$1 n=$2 start=$3 local_ts remote_ts i port children=""
+  read -r local_ts remote_ts <<<"$(side_subnets "$side")"
+  for ((i = 1; i <= n; i++)); do
+    port=$((20000 + i))
+    # The port is on gwB's side of the selector: remote for gwA, local for gwB.
+    if [[ $side == a ]]; then children+="      c$i {
+        local_ts = $local_ts
+        remote_ts = $remote_ts[udp/$port]"
+    else children+="      c$i {
+        local_ts = $local_ts[udp/$port]
+        remote_ts = $remote_ts"
+    fi
+    children+="
+        esp_proposals = aes128gcm16
+        start_action = $start
+      }
+"
+  done
+  write_swanctl_children "$side" yes "$children"
 }
 
 # Install timestamps (seconds of the day) of the first and last SA espgw installed.
@@ -158,14 +134,7 @@ PY
 
 run_pairs() {  # run_pairs M
   local m=$1 t0 t1
-  ESPGW_EXTRA_CONF_a="charon-vici = $(vici_uri a)
-parallel-child = net $m" start_espgw a
-  start_espgw b
-  CHARON_REUSE_IKESA=no start_charon a espgw
-  start_charon b espgw
-  SWANCTL_UNIQUE=no write_swanctl_conf a aes128gcm16 yes 1h
-  SWANCTL_UNIQUE=no write_swanctl_conf b aes128gcm16 yes 1h
-  load_swanctl b
+  start_ecmp_pair "$m"
   t0=$(now)
   load_swanctl a  # espgw's parallel-child brings up the M CHILD_SAs
   local ok=true

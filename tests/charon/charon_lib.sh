@@ -134,11 +134,11 @@ start_charon() {  # start_charon SIDE BACKEND
   wait_until 10 test -S "$WORK/charon-$side.vici" || { log "charon $side did not open its VICI socket"; tail -20 "$WORK/charon-$side.log"; return 1; }
 }
 
-# write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME
-write_swanctl_conf() {
-  local side=$1 esp=$2 encap=$3 rekey=$4 other local_ts remote_ts
+# write_swanctl_children SIDE ENCAP CHILDREN: swanctl.conf for SIDE, a PSK connection
+# "s2s" whose children section holds the text CHILDREN (SWANCTL_UNIQUE: unique policy).
+write_swanctl_children() {
+  local side=$1 encap=$2 children=$3 other
   other=$(other_side "$side")
-  if [[ $side == a ]]; then local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16; else local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16; fi
   cat >"$WORK/swanctl-$side.conf" <<EOS
 connections {
   s2s {
@@ -158,14 +158,7 @@ connections {
       id = gw$other.espgw.test
     }
     children {
-      net {
-        local_ts = $local_ts
-        remote_ts = $remote_ts
-        esp_proposals = $esp
-        rekey_time = $rekey
-        start_action = none
-        dpd_action = none
-      }
+$children
     }
   }
 }
@@ -178,6 +171,37 @@ secrets {
 }
 EOS
   chmod 600 "$WORK/swanctl-$side.conf"
+}
+
+# The protected subnets as SIDE sees them: "LOCAL REMOTE".
+side_subnets() { [[ $1 == a ]] && echo "10.1.0.0/16 10.2.0.0/16" || echo "10.2.0.0/16 10.1.0.0/16"; }
+
+# write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME: one child "net" between the LANs.
+write_swanctl_conf() {
+  local side=$1 esp=$2 encap=$3 rekey=$4 local_ts remote_ts
+  read -r local_ts remote_ts <<<"$(side_subnets "$side")"
+  write_swanctl_children "$side" "$encap" "      net {
+        local_ts = $local_ts
+        remote_ts = $remote_ts
+        esp_proposals = $esp
+        rekey_time = $rekey
+        start_action = none
+        dpd_action = none
+      }"
+}
+
+# start_ecmp_pair N: gwA's espgw keeps N CHILD_SAs of "net" up (parallel-child), each on
+# its own IKE_SA (reuse_ikesa = no on gwA, unique = no on both); gwB's configuration is
+# loaded, gwA's is left for the caller to load (and time).
+start_ecmp_pair() {
+  ESPGW_EXTRA_CONF_a="charon-vici = $(vici_uri a)
+parallel-child = net $1" start_espgw a
+  start_espgw b
+  CHARON_REUSE_IKESA=no start_charon a espgw
+  start_charon b espgw
+  SWANCTL_UNIQUE=no write_swanctl_conf a aes128gcm16 yes 1h
+  SWANCTL_UNIQUE=no write_swanctl_conf b aes128gcm16 yes 1h
+  load_swanctl b
 }
 
 # write_swanctl_from_example SIDE EXAMPLE: $WORK/swanctl-SIDE/swanctl.conf from one of
