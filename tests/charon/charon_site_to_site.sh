@@ -102,17 +102,11 @@ check_counters_match_traffic() {
   fi
 }
 
+five_pings() { in_ns "$LANA" ping -c 5 -i 0.1 -W 2 10.2.0.2 >/dev/null 2>&1 || true; }
+
 check_wire_only_esp() {
-  rm -f "$WORK/wan.pcap"
-  in_ns "$GWB" tshark -q -i wan0 -a duration:4 -w "$WORK/wan.pcap" >/dev/null 2>&1 &
-  local capture=$!
-  wait_until 5 test -s "$WORK/wan.pcap" || true
-  sleep 0.5
-  in_ns "$LANA" ping -c 5 -i 0.1 -W 2 10.2.0.2 >/dev/null 2>&1 || true
-  wait "$capture" || true
   local esp clear
-  esp=$(tshark -r "$WORK/wan.pcap" -Y esp 2>/dev/null | wc -l)
-  clear=$(tshark -r "$WORK/wan.pcap" -Y 'ip.addr==10.1.0.0/16 || ip.addr==10.2.0.0/16' 2>/dev/null | wc -l)
+  read -r esp clear < <(wan_capture 'ip.addr==10.1.0.0/16 || ip.addr==10.2.0.0/16' five_pings)
   if ((esp >= 10 && clear == 0)); then pass "WAN carries only ESP ($esp ESP packets, 0 in clear)"
   else fail "WAN: $esp ESP packets, $clear with inner addresses in clear"; fi
 }

@@ -62,6 +62,25 @@ setup_topology() {
   ip -n "$LANB" -6 route add default via fd00:2::1
 }
 
+# wan_capture CLEAR_FILTER TRAFFIC_FN: captures gwB's WAN while TRAFFIC_FN runs and prints
+# "ESP CLEAR": packets tshark decodes as ESP, and packets matching CLEAR_FILTER (inner
+# addresses that must never be seen in clear). The capture is kept in $WORK/wan.pcap.
+wan_capture() {
+  local clear_filter=$1 traffic=$2 capture
+  rm -f "$WORK/wan.pcap"
+  in_ns "$GWB" tshark -q -i wan0 -a duration:6 -w "$WORK/wan.pcap" >/dev/null 2>&1 &
+  capture=$!
+  for _ in $(seq 1 50); do  # until tshark has started writing its capture
+    [[ -s $WORK/wan.pcap ]] && break
+    sleep 0.1
+  done
+  sleep 0.5
+  "$traffic"
+  wait "$capture" || true
+  echo "$(tshark -r "$WORK/wan.pcap" -Y esp 2>/dev/null | wc -l)" \
+    "$(tshark -r "$WORK/wan.pcap" -Y "$clear_filter" 2>/dev/null | wc -l)"
+}
+
 random_key() { od -An -tx1 -N20 /dev/urandom | tr -d ' \n'; }
 
 # write_configs MODE FAMILY: espgw.conf and static SA files for both gateways.

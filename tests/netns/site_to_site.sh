@@ -47,22 +47,14 @@ check_iperf() {  # check_iperf CLIENT_NS SERVER_NS SERVER_ADDRESS LABEL [-R]
   rm -f "$WORK/iperf.pid"
 }
 
-check_wire_is_esp() {  # capture on gwB's WAN during a ping; no inner address may show
-  local label=$1
-  rm -f "$WORK/wan.pcap"
-  in_ns "$GWB" tshark -q -i wan0 -a duration:6 -w "$WORK/wan.pcap" >/dev/null 2>&1 &
-  local capture=$!
-  for _ in $(seq 1 50); do  # until tshark has started writing its capture
-    [[ -s $WORK/wan.pcap ]] && break
-    sleep 0.1
-  done
-  sleep 0.5
+pings_both_families() {
   in_ns "$LANA" ping -c 3 -i 0.2 -W 2 10.2.0.2 >/dev/null 2>&1 || true
   in_ns "$LANA" ping -6 -c 3 -i 0.2 -W 2 fd00:2::2 >/dev/null 2>&1 || true
-  wait "$capture" || true
-  local esp clear
-  esp=$(tshark -r "$WORK/wan.pcap" -Y esp 2>/dev/null | wc -l)
-  clear=$(tshark -r "$WORK/wan.pcap" -Y 'ip.addr==10.1.0.0/16 || ip.addr==10.2.0.0/16 || ipv6.addr==fd00:1::/64 || ipv6.addr==fd00:2::/64' 2>/dev/null | wc -l)
+}
+
+check_wire_is_esp() {  # capture on gwB's WAN during a ping; no inner address may show
+  local label=$1 esp clear
+  read -r esp clear < <(wan_capture 'ip.addr==10.1.0.0/16 || ip.addr==10.2.0.0/16 || ipv6.addr==fd00:1::/64 || ipv6.addr==fd00:2::/64' pings_both_families)
   if ((esp >= 12 && clear == 0)); then pass "$label WAN carries only ESP ($esp ESP packets, 0 in clear)"
   else fail "$label WAN: $esp ESP packets, $clear with inner addresses in clear"; fi
 }
