@@ -599,22 +599,13 @@ void Gateway::enforce_lifetimes() {
     tracking.reported = state;
     expiries.push_back(
         {entry.config.spi, entry.config.tunnel_destination, state == xfrm::LifetimeState::hard});
-    if (state == xfrm::LifetimeState::soft) {
-      log(LogLevel::warn,
-          "SA %s spi 0x%08x: soft lifetime reached (%llu bytes, %llu packets, %llu s); a "
-          "rekey is due",
-          direction, entry.config.spi, static_cast<unsigned long long>(counters.bytes()),
-          static_cast<unsigned long long>(counters.packets()),
-          static_cast<unsigned long long>(seconds));
-      return;
-    }
+    const bool hard = state == xfrm::LifetimeState::hard;
     log(LogLevel::warn,
-        "SA %s spi 0x%08x: hard lifetime reached (%llu bytes, %llu packets, %llu s); out of "
-        "service",
-        direction, entry.config.spi, static_cast<unsigned long long>(counters.bytes()),
+        "SA %s spi 0x%08x: %s lifetime reached (%llu bytes, %llu packets, %llu s); %s", direction,
+        entry.config.spi, hard ? "hard" : "soft", static_cast<unsigned long long>(counters.bytes()),
         static_cast<unsigned long long>(counters.packets()),
-        static_cast<unsigned long long>(seconds));
-    take_out_of_service();
+        static_cast<unsigned long long>(seconds), hard ? "out of service" : "a rekey is due");
+    if (hard) take_out_of_service();
   };
   const auto forwarding = forwarding_.load();
   for (auto& [key, e] : outbound_) {
