@@ -8,6 +8,7 @@ packages=(
   clang clang-format libclang-rt-14-dev          # fuzzing (libFuzzer) and formatting
   libipsec-mb-dev libssl-dev libmnl-dev           # crypto backends, netlink
   openssl                                         # test certificates (tests/charon x509)
+  bzip2                                           # unpacks the strongSwan source tarball
   libgtest-dev libgmock-dev libbenchmark-dev      # unit tests and micro benchmarks
   python3 python3-scapy python3-cryptography python3-matplotlib
   iperf3 tshark iproute2 iputils-ping sysstat     # traffic and capture in namespaces
