@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "pipeline/packet.h"
@@ -11,9 +12,20 @@ namespace espgw::pipeline {
 ReorderBuffer::ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_index)
     : mask_(std::bit_ceil(capacity < 2 ? size_t{2} : capacity) - 1),
       hold_ns_(hold_ns),
-      next_(first_index),
-      slots_(std::make_unique<Slot[]>(mask_ + 1)) {
-  for (size_t i = 0; i <= mask_; ++i) slots_[i] = nullptr;
+      next_(first_index) {}
+
+void ReorderBuffer::make_room(uint64_t distance) {
+  const size_t size = slots_ ? slot_mask_ + 1 : 0;
+  if (distance < size) return;
+  const size_t grown =
+      std::min(mask_ + 1, std::bit_ceil(std::max<size_t>(kInitialSlots, distance + 1)));
+  auto slots = std::make_unique<Slot[]>(grown);
+  for (size_t i = 0; i < grown; ++i) slots[i] = nullptr;
+  // Held entries keep their index; only where it lands in the ring changes.
+  for (uint64_t index = next_; index < next_ + size; ++index)
+    slots[index & (grown - 1)] = slots_[index & slot_mask_];
+  slots_ = std::move(slots);
+  slot_mask_ = grown - 1;
 }
 
 uint64_t LazyNow::get() {
@@ -32,14 +44,14 @@ Packet* ReorderBuffer::tombstone() {
 }
 
 uint64_t ReorderBuffer::arrival_of(uint64_t index) const {
-  const Slot slot = slots_[index & mask_];
+  const Slot slot = slots_[index & slot_mask_];
   // A tombstone counts as arrived long ago: it never holds anything back by itself.
   return slot == tombstone() ? 0 : slot->arrival_ns;
 }
 
 void ReorderBuffer::pop_in_order(std::vector<Packet*>& out) {
-  for (;;) {
-    Slot& slot = slots_[next_ & mask_];
+  while (held_ > 0) {
+    Slot& slot = slots_[next_ & slot_mask_];
     if (slot == nullptr) return;
     if (slot != tombstone()) {
       out.push_back(slot);
@@ -59,7 +71,7 @@ void ReorderBuffer::advance_to(uint64_t index, std::vector<Packet*>& out) {
       next_ = index;
       return;
     }
-    Slot& slot = slots_[next_ & mask_];
+    Slot& slot = slots_[next_ & slot_mask_];
     if (slot != nullptr) {
       if (slot != tombstone()) {
         out.push_back(slot);
@@ -87,7 +99,17 @@ void ReorderBuffer::insert(uint64_t index, Packet* packet, LazyNow& now,
     ++stats_.overflows;
     advance_to(index - mask_, out);
   }
-  Slot& slot = slots_[index & mask_];
+  if (index == next_ && held_ == 0) {
+    // In order with nothing held (the common case): straight out, no slot touched.
+    if (packet) {
+      out.push_back(packet);
+      ++stats_.released;
+    }
+    ++next_;
+    return;
+  }
+  make_room(index - next_);
+  Slot& slot = slots_[index & slot_mask_];
   if (slot != nullptr) {
     // Two packets for one index: callers guarantee uniqueness (sequence numbers are
     // committed in the replay window first), so this is a bug upstream. Release the
@@ -110,8 +132,8 @@ void ReorderBuffer::insert(uint64_t index, Packet* packet, LazyNow& now,
 }
 
 std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
-  for (uint64_t index = next_ + 1; index <= next_ + mask_; ++index)
-    if (slots_[index & mask_] != nullptr) return index;
+  for (uint64_t index = next_ + 1; index <= next_ + slot_mask_; ++index)
+    if (slots_[index & slot_mask_] != nullptr) return index;
   return std::nullopt;
 }
 
@@ -145,7 +167,7 @@ void ReorderBuffer::flush(std::vector<Packet*>& out) {
 
 bool ReorderBuffer::ready(LazyNow& now, bool busy) const {
   if (held_ == 0) return false;
-  if (slots_[next_ & mask_] != nullptr) return true;
+  if (slots_[next_ & slot_mask_] != nullptr) return true;
   uint64_t resume_index = 0;
   return gap_expired(now, resume_index, busy);
 }

@@ -85,6 +85,7 @@ class ReorderBuffer {
   size_t held() const { return held_; }
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
+  size_t ring_size() const { return slots_ ? slot_mask_ + 1 : 0; }  // slots allocated now
   const ReorderStats& stats() const { return stats_; }
 
  private:
@@ -92,6 +93,13 @@ class ReorderBuffer {
   // empty slot, tombstone() a number that is done with nothing to release. The arrival
   // time of a held packet lives in the packet; tombstones never start a hold.
   using Slot = Packet*;
+  // The ring is allocated when a packet first has to wait and grows (doubling, up to the
+  // capacity) as far as packets arrive ahead: an idle SA or one whose packets come in
+  // order holds no ring at all, so thousands of SAs cost little, while a busy SA grows
+  // the ring its reordering needs.
+  static constexpr size_t kInitialSlots = 16;
+  // Makes the ring reach `distance` indexes past the release point.
+  void make_room(uint64_t distance);
   static Packet* tombstone();
   uint64_t arrival_of(uint64_t index) const;
   void pop_in_order(std::vector<Packet*>& out);
@@ -101,11 +109,12 @@ class ReorderBuffer {
   // `resume_index` is then the first held index after it.
   bool gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const;
 
-  size_t mask_;
+  size_t mask_;  // capacity - 1: how far ahead of the release point an index may be held
   uint64_t hold_ns_;
   uint64_t next_;
-  size_t held_ = 0;
+  size_t held_ = 0;  // slots_ exists whenever this is non-zero
   std::unique_ptr<Slot[]> slots_;
+  size_t slot_mask_ = 0;  // ring size - 1
   ReorderStats stats_;
 };
 

@@ -121,6 +121,38 @@ TEST(ReorderBuffer, FlushReleasesEverythingInOrder) {
 
 // Property: with no timeouts, any arrival order within the capacity releases every index
 // exactly once, in order.
+TEST(ReorderBuffer, InOrderTrafficNeedsNoRing) {
+  // Thousands of SAs are cheap because an idle or in-order SA allocates no slots.
+  Packets packets;
+  ReorderBuffer buffer(4096, kHold, 1);
+  std::vector<Packet*> out;
+  EXPECT_EQ(buffer.ring_size(), 0u);
+  for (uint64_t i = 1; i <= 100; ++i) buffer.insert(i, packets.make(i), 0, out);
+  EXPECT_EQ(out.size(), 100u);
+  EXPECT_EQ(buffer.ring_size(), 0u);
+  EXPECT_EQ(buffer.capacity(), 4096u);
+}
+
+TEST(ReorderBuffer, RingGrowsAsFarAsPacketsArriveAheadAndKeepsWhatItHolds) {
+  Packets packets;
+  ReorderBuffer buffer(1024, kHold, 1);
+  std::vector<Packet*> out;
+  buffer.insert(3, packets.make(3), 0, out);
+  EXPECT_EQ(buffer.ring_size(), 16u);  // the first wait allocates a small ring
+  // Arrivals further and further ahead grow it, each time moving what is held.
+  for (uint64_t i = 600; i >= 4; --i) buffer.insert(i, packets.make(i), 0, out);
+  EXPECT_EQ(buffer.ring_size(), 1024u);
+  EXPECT_TRUE(out.empty());
+  buffer.insert(2, packets.make(2), 0, out);
+  buffer.insert(1, packets.make(1), 0, out);
+  std::vector<uint64_t> expected(600);
+  for (uint64_t i = 0; i < 600; ++i) expected[i] = i + 1;
+  EXPECT_EQ(packets.indexes(out), expected);
+  EXPECT_EQ(buffer.held(), 0u);
+  EXPECT_EQ(buffer.stats().skipped, 0u);
+  EXPECT_EQ(buffer.stats().overflows, 0u);
+}
+
 TEST(ReorderBufferProperty, AnyPermutationWithinCapacityComesOutSorted) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 200; ++round) {
