@@ -13,6 +13,7 @@
 
 using espgw::vici::Client;
 using espgw::vici::Message;
+using espgw::vici::Packet;
 using espgw::vici::Section;
 using espgw::vici::to_json;
 
@@ -142,6 +143,35 @@ void print_stats(const Message& response) {
   print_table(rows);
 }
 
+// list-sas and list-policies stream one event per entry (a gateway with thousands of SAs
+// does not fit in one message); they are gathered back into the section an answer
+// without streaming carries, so the output is the same either way.
+Message list_or_request(Client& client, const std::string& command) {
+  const std::string event = command == "list-sas"        ? "list-sa"
+                            : command == "list-policies" ? "list-policy"
+                                                         : "";
+  if (event.empty()) return client.request(command);
+  client.subscribe(event);
+  Message gathered;
+  Section& entries = gathered.add_section(command == "list-sas" ? "sas" : "policies");
+  Message answer = client.request(command, {}, [&](const Packet& packet) {
+    for (const auto& entry : packet.message.entries())
+      if (entry.kind == Section::Kind::section) entries.add_section(entry.name) = *entry.child;
+  });
+  client.unsubscribe(event);
+  if (answer.number("streamed").value_or(0) == 0) return answer;  // all in the answer
+  for (const auto& entry : answer.entries()) {
+    if (entry.name == "streamed") continue;
+    if (entry.kind == Section::Kind::section)
+      gathered.add_section(entry.name) = *entry.child;
+    else if (entry.kind == Section::Kind::value)
+      gathered.set(entry.name, entry.value);
+    else
+      gathered.set_list(entry.name, entry.items);
+  }
+  return gathered;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,7 +199,7 @@ int main(int argc, char** argv) {
         : command == "sas"      ? std::vector<std::string>{"list-sas"}
         : command == "policies" ? std::vector<std::string>{"list-policies"}
                                 : std::vector<std::string>{"stats"};
-    for (const auto& request : requests) answers[request] = client.request(request);
+    for (const auto& request : requests) answers[request] = list_or_request(client, request);
     if (json) {
       if (answers.size() == 1) {
         std::printf("%s\n", to_json(answers.begin()->second).c_str());

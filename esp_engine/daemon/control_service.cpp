@@ -79,11 +79,14 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   on("query-policy", &ControlService::query_policy);
   on_plain("flush-policies", &ControlService::flush_policies);
   on("ike-send", &ControlService::ike_send);
-  on_plain("list-sas", &ControlService::list_sas);
-  on_plain("list-policies", &ControlService::list_policies);
+  server_.handle("list-sas", [this](const Message&, ConnectionId from) { return list_sas(from); });
+  server_.handle("list-policies",
+                 [this](const Message&, ConnectionId from) { return list_policies(from); });
   on_plain("stats", &ControlService::stats);
   server_.declare_event("ike-packet");
   server_.declare_event("sa-expire");
+  server_.declare_event("list-sa");
+  server_.declare_event("list-policy");
 
   gateway_.on_ike([this](std::span<const uint8_t> ike, const esp::IpAddress& peer,
                          uint16_t peer_port,
@@ -129,14 +132,8 @@ void ControlService::forget_charon_state_locked(const char* why) {
       sas_.size(), policies_.size());
   sas_.clear();
   policies_.clear();
-  push_to_gateway_locked();
-}
-
-void ControlService::push_to_gateway_locked() {
-  xfrm::StaticConfig config;
-  for (const auto& [key, entry] : sas_) config.sas.push_back(entry);
-  for (const auto& [key, entry] : policies_) config.policies.push_back(entry.policy);
-  gateway_.set_dynamic(std::move(config));
+  gateway_.clear_dynamic_sas();
+  gateway_.clear_dynamic_policies();
 }
 
 vici::Message ControlService::get_spi(const Message&) {
@@ -171,8 +168,9 @@ vici::Message ControlService::add_sa(const Message& request) {
   if (entry.direction == xfrm::Direction::in && !sas_.count(key) &&
       gateway_.spi_in_use(entry.config.spi))
     return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
-  sas_[key] = std::move(entry);
-  push_to_gateway_locked();
+  if (!gateway_.add_dynamic_sa(entry))
+    return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
+  sas_.insert(key);
   return success();
 }
 
@@ -201,14 +199,14 @@ vici::Message ControlService::del_sa(const Message& request) {
   const auto& id = std::get<SaId>(parsed);
   std::lock_guard lock(mutex_);
   if (!sas_.erase(sa_key(id.spi, id.destination))) return failure("not found");
-  push_to_gateway_locked();
+  gateway_.remove_dynamic_sa(id.spi, id.destination);
   return success();
 }
 
 vici::Message ControlService::flush_sas() {
   std::lock_guard lock(mutex_);
   sas_.clear();
-  push_to_gateway_locked();
+  gateway_.clear_dynamic_sas();
   return success();
 }
 
@@ -226,7 +224,7 @@ vici::Message ControlService::add_policy(const Message& request) {
   policy.policy.id = entry.references ? entry.policy.id : next_policy_id_++;
   entry.policy = policy.policy;
   ++entry.references;
-  push_to_gateway_locked();
+  gateway_.add_dynamic_policy(entry.policy);
   return success();
 }
 
@@ -237,8 +235,8 @@ vici::Message ControlService::del_policy(const Message& request) {
   auto entry = policies_.find(std::get<PolicyRequest>(parsed).key);
   if (entry == policies_.end()) return failure("not found");
   if (--entry->second.references == 0) {
+    gateway_.remove_dynamic_policy(entry->second.policy.id);
     policies_.erase(entry);
-    push_to_gateway_locked();
   }
   return success();
 }
@@ -265,7 +263,7 @@ vici::Message ControlService::query_policy(const Message& request) {
 vici::Message ControlService::flush_policies() {
   std::lock_guard lock(mutex_);
   policies_.clear();
-  push_to_gateway_locked();
+  gateway_.clear_dynamic_policies();
   return success();
 }
 
@@ -313,13 +311,12 @@ void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destinat
         spi_text(spi).c_str(), hard ? "hard" : "soft");
 }
 
-vici::Message ControlService::list_sas() {
+vici::Message ControlService::list_sas(ConnectionId from) {
   const GatewayStatus status = gateway_.status();
-  std::lock_guard lock(mutex_);
   Message response = success();
-  auto& sas = response.add_section("sas");
-  for (const auto& sa : status.sas) {
-    auto& section = sas.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
+  std::lock_guard lock(mutex_);
+  auto describe = [&](vici::Section& parent, const SaStatus& sa) {
+    auto& section = parent.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
     section.set("spi", spi_text(sa.spi));
     section.set("direction", xfrm::direction_name(sa.direction));
     section.set("origin", sas_.count(sa_key(sa.spi, sa.destination)) ? "charon" : "static");
@@ -341,7 +338,22 @@ vici::Message ControlService::list_sas() {
       section.set("reorder-skipped", sa.skipped);
     }
     add_counters(section, "drops", sa.drops);
+  };
+  // A client registered for list-sa gets one event per SA ahead of the response, as
+  // charon's list-sas does: thousands of SAs would not fit in one message (512 KiB).
+  // Others get them all in the response's "sas" section.
+  size_t streamed = 0;
+  for (const auto& sa : status.sas) {
+    Message event;
+    describe(event, sa);
+    if (!server_.publish_to(from, "list-sa", event)) break;
+    ++streamed;
   }
+  if (streamed == 0) {
+    auto& sas = response.add_section("sas");
+    for (const auto& sa : status.sas) describe(sas, sa);
+  }
+  response.set("streamed", static_cast<uint64_t>(streamed));
   auto& groups = response.add_section("groups");
   for (const auto& group : status.groups) {
     std::vector<std::string> members;
@@ -355,12 +367,11 @@ vici::Message ControlService::list_sas() {
   return response;
 }
 
-vici::Message ControlService::list_policies() {
+vici::Message ControlService::list_policies(ConnectionId from) {
   const GatewayStatus status = gateway_.status();
   Message response = success();
-  auto& policies = response.add_section("policies");
-  for (const auto& policy : status.policies) {
-    auto& section = policies.add_section(std::to_string(policy.id));
+  auto describe = [](vici::Section& parent, const xfrm::Policy& policy) {
+    auto& section = parent.add_section(std::to_string(policy.id));
     section.set("direction", xfrm::direction_name(policy.direction));
     section.set("local", policy.selector.local.to_string());
     section.set("remote", policy.selector.remote.to_string());
@@ -368,7 +379,19 @@ vici::Message ControlService::list_policies() {
     section.set("priority", policy.priority);
     section.set("action", xfrm::action_name(policy.action));
     section.set("reqid", policy.reqid);
+  };
+  size_t streamed = 0;  // as list-sas: one list-policy event each for registered clients
+  for (const auto& policy : status.policies) {
+    Message event;
+    describe(event, policy);
+    if (!server_.publish_to(from, "list-policy", event)) break;
+    ++streamed;
   }
+  if (streamed == 0) {
+    auto& policies = response.add_section("policies");
+    for (const auto& policy : status.policies) describe(policies, policy);
+  }
+  response.set("streamed", static_cast<uint64_t>(streamed));
   return response;
 }
 

@@ -1,7 +1,7 @@
 // espgw's control socket: the VICI commands of the charon plugin (SAs, policies, IKE
 // packets; vici_bridge/charon_plugin) and of espgwctl (status), on one root-only unix
-// socket. It keeps charon's SAs and policies (policies with charon's reference counts)
-// and hands the gateway the whole set after each change. docs/strongswan.md lists the
+// socket. It keeps track of charon's SAs and policies (policies with charon's reference
+// counts) and hands the gateway each change on its own. docs/strongswan.md lists the
 // commands and events.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 
@@ -48,15 +49,14 @@ class ControlService {
   Message flush_policies();
   Message ike_send(const Message& request);
   // espgwctl
-  Message list_sas();
-  Message list_policies();
+  // Streamed as list-sa / list-policy events to a client registered for them.
+  Message list_sas(ConnectionId from);
+  Message list_policies(ConnectionId from);
   Message stats();
 
   void publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
                    uint16_t local_port);
   void publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard);
-  // Gives the gateway charon's current SAs and policies. Caller holds mutex_.
-  void push_to_gateway_locked();
   void forget_charon_state_locked(const char* why);
 
   Gateway& gateway_;
@@ -65,7 +65,7 @@ class ControlService {
 
   std::mutex mutex_;  // the state below; handlers run on the server thread, expiry elsewhere
   std::string charon_instance_;
-  std::map<std::string, xfrm::SadEntry> sas_;  // by sa_key(spi, destination)
+  std::set<std::string> sas_;  // charon's SAs, by sa_key(spi, destination)
   struct PolicyEntry {
     xfrm::Policy policy;
     unsigned references = 0;

@@ -188,7 +188,9 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
   }
   {
     std::lock_guard lock(control_mutex_);
-    apply_locked(merged_config());
+    xfrm::StaticConfig initial = std::move(static_config_);
+    static_config_ = {};
+    apply_static_locked(std::move(initial));
   }
   log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers, %s",
       tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(),
@@ -198,34 +200,38 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
 Gateway::~Gateway() {
   stop();
   pipeline_.reset();  // delivers what is in flight while sockets and TUN still exist
-  for (const auto& route : routes_)
-    if (auto r = netlink_.remove_route(route, tun_->name()); !r)
+  for (const auto& [text, route] : routes_)
+    if (auto r = netlink_.remove_route(route.prefix, tun_->name()); !r)
       log(LogLevel::warn, "%s", r.message.c_str());
   log(LogLevel::info, "gateway down: routes removed, %s closed", tun_->name().c_str());
+}
+
+unsigned Gateway::mtu_candidate(const esp::SaConfig& sa) {
+  // One route lookup per peer, not per SA: charon installs SAs one at a time. reload()
+  // forgets the cache.
+  const std::string peer = sa.tunnel_destination.to_string();
+  auto cached = path_mtus_.find(peer);
+  if (cached == path_mtus_.end()) {
+    const auto route = netlink_.route_mtu(sa.tunnel_destination);
+    if (!route) log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
+    cached = path_mtus_.emplace(peer, route ? route.mtu : 1500).first;
+  }
+  const uint32_t path = cached->second;
+  max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
+  const size_t overhead =
+      esp::max_esp_overhead(sa.tunnel_destination.family == 6, sa.udp_encapsulation.has_value());
+  return std::max(static_cast<unsigned>(path > overhead ? path - overhead : 576), 576u);
 }
 
 unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
   if (config_.tunnel_mtu) return *config_.tunnel_mtu;
   unsigned mtu = 0;
-  for (const auto& sa : config.sas) {
-    if (sa.direction != xfrm::Direction::out) continue;
-    // One route lookup per peer, not per SA and change: charon installs SAs one at a
-    // time, and this runs after each. reload() forgets the cache.
-    const std::string peer = sa.config.tunnel_destination.to_string();
-    auto cached = path_mtus_.find(peer);
-    if (cached == path_mtus_.end()) {
-      const auto route = netlink_.route_mtu(sa.config.tunnel_destination);
-      if (!route) log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
-      cached = path_mtus_.emplace(peer, route ? route.mtu : 1500).first;
+  for (const auto& sa : config.sas)
+    if (sa.direction == xfrm::Direction::out) {
+      const unsigned candidate = mtu_candidate(sa.config);
+      mtu = mtu == 0 ? candidate : std::min(mtu, candidate);
     }
-    const uint32_t path = cached->second;
-    max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
-    const size_t overhead = esp::max_esp_overhead(sa.config.tunnel_destination.family == 6,
-                                                  sa.config.udp_encapsulation.has_value());
-    const unsigned candidate = static_cast<unsigned>(path > overhead ? path - overhead : 576);
-    mtu = mtu == 0 ? candidate : std::min(mtu, candidate);
-  }
-  return std::max(mtu == 0 ? 1400u : mtu, 576u);
+  return mtu == 0 ? 1400u : mtu;
 }
 
 io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
@@ -255,115 +261,222 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
   return *raw_socket_;
 }
 
-void Gateway::apply(const xfrm::StaticConfig& config) {
-  auto forwarding = std::make_shared<Forwarding>();
-  for (const auto& policy : config.policies) forwarding->spd.add(policy);
-
-  std::map<std::string, std::unique_ptr<OutboundEntry>> outbound;
-  std::map<std::string, std::unique_ptr<InboundEntry>> inbound;
-  std::map<std::pair<uint32_t, uint64_t>, std::chrono::steady_clock::time_point> slot_holders;
-  for (const auto& entry : config.sas) {
-    const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
-    if (entry.direction == xfrm::Direction::out) {
-      auto existing = outbound_.find(key);
-      if (existing != outbound_.end() && existing->second->entry == entry) {
-        outbound[key] = std::move(existing->second);
-        outbound_.erase(existing);
-      } else {
-        auto fresh = std::make_unique<OutboundEntry>();
-        fresh->entry = entry;
-        fresh->sa = std::make_shared<esp::OutboundSa>(
-            entry.config, *crypto::find_backend(config_.crypto_backend));
-        fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
-        fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink);
-        log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
-            std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
-            entry.config.tunnel_destination.to_string().c_str(),
-            entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "");
-        outbound[key] = std::move(fresh);
-      }
-      auto& group = forwarding->groups[entry.reqid];
-      if (!group) group = std::make_shared<pipeline::SaGroup>();
-      // While a rekey has the old and the new SA of a slot installed, the newer one
-      // carries the slot's flows (as the kernel sends on the newest). An SA past its hard
-      // lifetime stays out of service across reloads.
-      const OutboundEntry& candidate = *outbound[key];
-      auto& holder = slot_holders[{entry.reqid, group_slot(entry)}];
-      if (candidate.lifetime.reported != xfrm::LifetimeState::hard &&
-          candidate.lifetime.added_at >= holder) {
-        holder = candidate.lifetime.added_at;
-        group->set_member(group_slot(entry), candidate.channel);
-      }
-    } else {
-      esp::SaConfig sa_config = entry.config;
-      // charon's SAs carry their traffic selectors; static ones take them from policies.
-      if (sa_config.selectors.empty()) sa_config.selectors = inbound_selectors(config, entry.reqid);
-      auto existing = inbound_.find(key);
-      if (existing != inbound_.end() && existing->second->entry == entry) {
-        inbound[key] = std::move(existing->second);
-        inbound_.erase(existing);
-        continue;
-      }
-      if (existing != inbound_.end()) pipeline_->remove_inbound(entry.config.spi);
-      auto fresh = std::make_unique<InboundEntry>();
-      fresh->entry = entry;
-      socket_for(entry.config);  // make sure the socket it arrives on exists
-      fresh->sa = std::make_shared<esp::InboundSa>(sa_config,
-                                                   *crypto::find_backend(config_.crypto_backend));
-      fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_);
-      if (!fresh->channel) {
-        log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
-        continue;
-      }
-      log(LogLevel::info, "SA in spi 0x%08x %s from %s installed", entry.config.spi,
-          std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
-          entry.config.tunnel_source.to_string().c_str());
-      inbound[key] = std::move(fresh);
-    }
-  }
-  // What is left in the old maps was removed or changed.
-  for (auto& [key, old] : outbound_) {
-    // The final counters: after this the SA and its statistics are gone.
-    log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes",
-        old->entry.config.spi, static_cast<unsigned long long>(old->sa->counters().packets()),
-        static_cast<unsigned long long>(old->sa->counters().bytes()));
-    retired_.emplace_back(old->channel, old->sink);
-  }
-  std::erase_if(retired_, [](const auto& retired) { return retired.first.expired(); });
-  for (auto& [key, old] : inbound_) {
-    if (!inbound.count(key)) pipeline_->remove_inbound(old->entry.config.spi);
-    log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
-        old->entry.config.spi, static_cast<unsigned long long>(old->sa->counters().packets()),
-        static_cast<unsigned long long>(old->sa->counters().bytes()));
-  }
-  outbound_ = std::move(outbound);
-  inbound_ = std::move(inbound);
-  forwarding_.store(std::move(forwarding));
+std::shared_ptr<pipeline::SaGroup> Gateway::group_locked(uint32_t reqid) {
+  const auto current = forwarding_.load();
+  if (auto found = current->groups.find(reqid); found != current->groups.end())
+    return found->second;
+  auto next = std::make_shared<Forwarding>(*current);  // shares the SPD
+  auto group = std::make_shared<pipeline::SaGroup>();
+  next->groups.emplace(reqid, group);
+  forwarding_.store(std::move(next));
+  return group;
 }
 
-void Gateway::sync_routes(const xfrm::StaticConfig& config) {
-  std::vector<esp::IpPrefix> wanted;
-  for (const auto& policy : config.policies)
-    if (policy.direction == xfrm::Direction::out && policy.action == xfrm::PolicyAction::protect &&
-        std::none_of(wanted.begin(), wanted.end(),
-                     [&](const auto& p) { return xfrm::same_prefix(p, policy.selector.remote); }))
-      wanted.push_back(policy.selector.remote);
-  for (const auto& route : routes_)
-    if (std::none_of(wanted.begin(), wanted.end(),
-                     [&](const auto& p) { return xfrm::same_prefix(p, route); }))
-      if (auto r = netlink_.remove_route(route, tun_->name()); !r)
-        log(LogLevel::warn, "%s", r.message.c_str());
-  for (const auto& route : wanted) {
-    if (std::any_of(routes_.begin(), routes_.end(),
-                    [&](const auto& p) { return xfrm::same_prefix(p, route); }))
-      continue;  // ours already
-    auto r = netlink_.add_route(route, tun_->name());
-    if (!r && !r.already_exists())
-      log(LogLevel::error, "%s", r.message.c_str());
-    else if (r)
-      log(LogLevel::info, "route %s dev %s added", route.to_string().c_str(), tun_->name().c_str());
+void Gateway::drop_group_if_empty_locked(uint32_t reqid) {
+  const auto current = forwarding_.load();
+  auto found = current->groups.find(reqid);
+  if (found == current->groups.end() || found->second->size() != 0) return;
+  auto next = std::make_shared<Forwarding>(*current);
+  next->groups.erase(reqid);
+  forwarding_.store(std::move(next));
+}
+
+bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
+  const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
+  const auto& backend = *crypto::find_backend(config_.crypto_backend);
+  if (entry.direction == xfrm::Direction::out) {
+    if (auto existing = outbound_.find(key); existing != outbound_.end()) {
+      if (existing->second->entry == entry) {
+        existing->second->from_charon = from_charon;
+        return true;
+      }
+      retire_outbound_locked(existing);
+    }
+    auto fresh = std::make_unique<OutboundEntry>();
+    fresh->entry = entry;
+    fresh->from_charon = from_charon;
+    fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, backend);
+    fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
+    fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink);
+    fresh->mtu_candidate = mtu_candidate(entry.config);
+    mtu_candidates_.insert(fresh->mtu_candidate);
+    log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
+        std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
+        entry.config.tunnel_destination.to_string().c_str(),
+        entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "");
+    // The newest SA of a slot carries its flows, as the kernel sends on the newest SA
+    // while a rekey has the old and the new one installed.
+    group_locked(entry.reqid)->set_member(group_slot(entry), fresh->channel);
+    outbound_.emplace(key, std::move(fresh));
+    return true;
   }
-  routes_ = std::move(wanted);
+  if (auto existing = inbound_.find(key); existing != inbound_.end()) {
+    if (existing->second->entry == entry) {
+      existing->second->from_charon = from_charon;
+      return true;
+    }
+    retire_inbound_locked(existing);
+  }
+  auto fresh = std::make_unique<InboundEntry>();
+  fresh->entry = entry;
+  fresh->from_charon = from_charon;
+  socket_for(entry.config);  // make sure the socket it arrives on exists
+  fresh->sa = std::make_shared<esp::InboundSa>(entry.config, backend);
+  fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_);
+  if (!fresh->channel) {
+    log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
+    return false;
+  }
+  log(LogLevel::info, "SA in spi 0x%08x %s from %s installed", entry.config.spi,
+      std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
+      entry.config.tunnel_source.to_string().c_str());
+  inbound_.emplace(key, std::move(fresh));
+  return true;
+}
+
+void Gateway::retire_outbound_locked(
+    std::map<std::string, std::unique_ptr<OutboundEntry>>::iterator it) {
+  const OutboundEntry& old = *it->second;
+  // The final counters: after this the SA and its statistics are gone.
+  log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes",
+      old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
+      static_cast<unsigned long long>(old.sa->counters().bytes()));
+  const uint32_t reqid = old.entry.reqid;
+  const uint64_t slot = group_slot(old.entry);
+  const auto forwarding = forwarding_.load();
+  if (auto group = forwarding->groups.find(reqid); group != forwarding->groups.end())
+    if (group->second->remove_member(slot, old.channel.get())) {
+      // It carried the slot: the newest other SA of the slot (a rekey's predecessor not
+      // yet deleted) takes over, unless it is past its hard lifetime. A scan, but of
+      // integers only, and only when a slot's carrier goes.
+      const OutboundEntry* successor = nullptr;
+      for (const auto& [key, other] : outbound_)
+        if (other.get() != &old && other->entry.reqid == reqid &&
+            group_slot(other->entry) == slot &&
+            other->lifetime.reported != xfrm::LifetimeState::hard &&
+            (!successor || other->lifetime.added_at >= successor->lifetime.added_at))
+          successor = other.get();
+      if (successor) group->second->set_member(slot, successor->channel);
+    }
+  mtu_candidates_.erase(mtu_candidates_.find(old.mtu_candidate));
+  // Packets in flight still deliver through the sink: it stays until the channel is gone
+  // (the last packet and snapshot let go of it).
+  std::erase_if(retired_, [](const auto& retired) { return retired.first.expired(); });
+  retired_.emplace_back(old.channel, old.sink);
+  outbound_.erase(it);
+  drop_group_if_empty_locked(reqid);
+}
+
+void Gateway::retire_inbound_locked(
+    std::map<std::string, std::unique_ptr<InboundEntry>>::iterator it) {
+  const InboundEntry& old = *it->second;
+  pipeline_->remove_inbound(old.entry.config.spi);
+  log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
+      old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
+      static_cast<unsigned long long>(old.sa->counters().bytes()));
+  inbound_.erase(it);
+}
+
+bool Gateway::remove_sa_locked(const std::string& key) {
+  if (auto out = outbound_.find(key); out != outbound_.end()) {
+    retire_outbound_locked(out);
+    return true;
+  }
+  if (auto in = inbound_.find(key); in != inbound_.end()) {
+    retire_inbound_locked(in);
+    return true;
+  }
+  return false;
+}
+
+void Gateway::add_route_use_locked(const xfrm::Policy& policy) {
+  if (policy.direction != xfrm::Direction::out || policy.action != xfrm::PolicyAction::protect)
+    return;
+  auto& use = routes_[policy.selector.remote.to_string()];
+  if (use.policies++ > 0) return;  // ours already
+  use.prefix = policy.selector.remote;
+  auto r = netlink_.add_route(use.prefix, tun_->name());
+  if (!r && !r.already_exists())
+    log(LogLevel::error, "%s", r.message.c_str());
+  else if (r)
+    log(LogLevel::info, "route %s dev %s added", use.prefix.to_string().c_str(),
+        tun_->name().c_str());
+}
+
+void Gateway::drop_route_use_locked(const xfrm::Policy& policy) {
+  if (policy.direction != xfrm::Direction::out || policy.action != xfrm::PolicyAction::protect)
+    return;
+  auto use = routes_.find(policy.selector.remote.to_string());
+  if (use == routes_.end() || --use->second.policies > 0) return;
+  if (auto r = netlink_.remove_route(use->second.prefix, tun_->name()); !r)
+    log(LogLevel::warn, "%s", r.message.c_str());
+  routes_.erase(use);
+}
+
+void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon) {
+  if (auto existing = policies_.find(policy.id); existing != policies_.end()) {
+    if (existing->second.policy == policy) {
+      existing->second.from_charon = from_charon;
+      return;
+    }
+    remove_policy_locked(policy.id);
+  }
+  // The SPD learns the policy before its route exists: whatever the route brings in
+  // finds the policy.
+  forwarding_.load()->spd->add(policy);
+  add_route_use_locked(policy);
+  policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
+}
+
+bool Gateway::remove_policy_locked(uint32_t id) {
+  auto existing = policies_.find(id);
+  if (existing == policies_.end()) return false;
+  drop_route_use_locked(existing->second.policy);
+  forwarding_.load()->spd->remove(id);
+  policies_.erase(existing);
+  return true;
+}
+
+void Gateway::update_tunnel_mtu_locked() {
+  if (config_.tunnel_mtu) return;
+  // SAs towards a peer with a smaller path MTU may have arrived: the TUN MTU follows the
+  // smallest, within what the packet buffers hold.
+  const size_t buffer_limit = pipeline_->config().packet_capacity -
+                              esp::PacketBuffer::kDefaultHeadroom - esp::encap_tailroom() - 128;
+  const unsigned wanted = mtu_candidates_.empty() ? 1400u : *mtu_candidates_.begin();
+  const unsigned mtu = std::min<unsigned>(wanted, static_cast<unsigned>(buffer_limit));
+  if (mtu == tunnel_mtu_) return;
+  if (auto r = netlink_.set_mtu(tun_->name(), mtu); !r) {
+    log(LogLevel::error, "%s", r.message.c_str());
+    return;
+  }
+  log(LogLevel::info, "%s mtu %u -> %u", tun_->name().c_str(), tunnel_mtu_, mtu);
+  tunnel_mtu_ = mtu;
+}
+
+void Gateway::apply_static_locked(xfrm::StaticConfig next) {
+  // Static inbound SAs take their selectors from the file's policies.
+  for (auto& entry : next.sas)
+    if (entry.direction == xfrm::Direction::in && entry.config.selectors.empty())
+      entry.config.selectors = inbound_selectors(next, entry.reqid);
+
+  // Policies that left the file or changed go first; a changed one keeps its id.
+  for (const auto& old : static_config_.policies)
+    if (std::none_of(next.policies.begin(), next.policies.end(),
+                     [&](const auto& policy) { return policy == old; }))
+      remove_policy_locked(old.id);
+  for (const auto& policy : next.policies) install_policy_locked(policy, false);
+
+  // SAs: what left the file goes, what is new or changed is installed; an unchanged SA
+  // is left alone and keeps its sequence numbers, replay window and counters.
+  for (const auto& old : static_config_.sas)
+    if (std::none_of(next.sas.begin(), next.sas.end(),
+                     [&](const auto& entry) { return entry == old; }))
+      remove_sa_locked(sa_key(old.config.spi, old.config.tunnel_destination));
+  for (const auto& entry : next.sas) install_sa_locked(entry, false);
+
+  static_config_ = std::move(next);
+  update_tunnel_mtu_locked();
 }
 
 bool Gateway::reload() {
@@ -378,45 +491,60 @@ bool Gateway::reload() {
     return false;
   }
   std::lock_guard lock(control_mutex_);
-  static_config_ = std::move(*file.config);
-  path_mtus_.clear();  // a reload also picks up WAN MTU changes
-  apply_locked(merged_config());
+  // A reload also picks up WAN MTU changes: the path MTUs are looked up again.
+  path_mtus_.clear();
+  mtu_candidates_.clear();
+  for (auto& [key, entry] : outbound_) {
+    entry->mtu_candidate = mtu_candidate(entry->entry.config);
+    mtu_candidates_.insert(entry->mtu_candidate);
+  }
+  apply_static_locked(std::move(*file.config));
   log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
       config_.static_sa_file.c_str(), outbound_.size(), inbound_.size());
   return true;
 }
 
-void Gateway::set_dynamic(xfrm::StaticConfig config) {
+bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
   std::lock_guard lock(control_mutex_);
-  dynamic_config_ = std::move(config);
-  apply_locked(merged_config());
+  const bool installed = install_sa_locked(entry, true);
+  update_tunnel_mtu_locked();
+  return installed;
 }
 
-xfrm::StaticConfig Gateway::merged_config() const {
-  xfrm::StaticConfig merged = static_config_;
-  merged.sas.insert(merged.sas.end(), dynamic_config_.sas.begin(), dynamic_config_.sas.end());
-  merged.policies.insert(merged.policies.end(), dynamic_config_.policies.begin(),
-                         dynamic_config_.policies.end());
-  return merged;
+bool Gateway::remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination) {
+  std::lock_guard lock(control_mutex_);
+  const bool removed = remove_sa_locked(sa_key(spi, destination));
+  update_tunnel_mtu_locked();
+  return removed;
 }
 
-void Gateway::apply_locked(const xfrm::StaticConfig& config) {
-  apply(config);
-  sync_routes(config);
-  if (config_.tunnel_mtu) return;
-  // SAs towards a peer with a smaller path MTU may have arrived: the TUN MTU follows the
-  // smallest, within what the packet buffers hold.
-  const size_t buffer_limit = pipeline_->config().packet_capacity -
-                              esp::PacketBuffer::kDefaultHeadroom - esp::encap_tailroom() - 128;
-  const unsigned mtu =
-      std::min<unsigned>(derive_tunnel_mtu(config), static_cast<unsigned>(buffer_limit));
-  if (mtu == tunnel_mtu_) return;
-  if (auto r = netlink_.set_mtu(tun_->name(), mtu); !r) {
-    log(LogLevel::error, "%s", r.message.c_str());
-    return;
-  }
-  log(LogLevel::info, "%s mtu %u -> %u", tun_->name().c_str(), tunnel_mtu_, mtu);
-  tunnel_mtu_ = mtu;
+void Gateway::add_dynamic_policy(const xfrm::Policy& policy) {
+  std::lock_guard lock(control_mutex_);
+  install_policy_locked(policy, true);
+}
+
+bool Gateway::remove_dynamic_policy(uint32_t id) {
+  std::lock_guard lock(control_mutex_);
+  return remove_policy_locked(id);
+}
+
+void Gateway::clear_dynamic_sas() {
+  std::lock_guard lock(control_mutex_);
+  std::vector<std::string> keys;
+  for (const auto& [key, entry] : outbound_)
+    if (entry->from_charon) keys.push_back(key);
+  for (const auto& [key, entry] : inbound_)
+    if (entry->from_charon) keys.push_back(key);
+  for (const auto& key : keys) remove_sa_locked(key);
+  update_tunnel_mtu_locked();
+}
+
+void Gateway::clear_dynamic_policies() {
+  std::lock_guard lock(control_mutex_);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, installed] : policies_)
+    if (installed.from_charon) ids.push_back(id);
+  for (const uint32_t id : ids) remove_policy_locked(id);
 }
 
 void Gateway::start() {
@@ -447,7 +575,7 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
     pipeline_->release(packet);
     return;
   }
-  const auto policy = forwarding.spd.lookup(xfrm::Direction::out, *key);
+  const auto policy = forwarding.spd->lookup(xfrm::Direction::out, *key);
   if (!policy) {
     counters_.no_policy.fetch_add(1, std::memory_order_relaxed);
     pipeline_->release(packet);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -65,9 +66,20 @@ class Gateway {
   void enforce_lifetimes();
 
   // --- The control path (charon through the control socket; docs/strongswan.md). ---
-  // Replaces the SAs and policies charon installed; the static file's stay. SAs whose
-  // configuration did not change keep their state. Thread-safe, like everything below.
-  void set_dynamic(xfrm::StaticConfig config);
+  // charon's SAs and policies, one change at a time. A change touches only what it names:
+  // O(log n) map updates, plus a copy of the reqid -> group map when a group appears or
+  // goes, so installing n SAs costs about O(n log n) rather than O(n^2). The static
+  // file's SAs and policies are not affected. Thread-safe, like everything below.
+  //
+  // Installs an SA, or replaces the one with its (SPI, destination) when the entry
+  // differs (an identical one keeps its state). False if an inbound SA's SPI is taken.
+  bool add_dynamic_sa(const xfrm::SadEntry& entry);
+  bool remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination);
+  // Installs a policy, or replaces the one with its id.
+  void add_dynamic_policy(const xfrm::Policy& policy);
+  bool remove_dynamic_policy(uint32_t id);
+  void clear_dynamic_sas();
+  void clear_dynamic_policies();
   struct SaUsage {
     uint64_t bytes = 0;
     uint64_t packets = 0;
@@ -101,20 +113,44 @@ class Gateway {
   class TunSink;
   struct OutboundEntry;
   struct InboundEntry;
-  // What the TUN readers need per packet, swapped as a whole on reload.
+  // What the TUN readers need per packet. The SPD changes in place (it has its own
+  // lock); the group map is copied when a group appears or goes, and the whole snapshot
+  // is swapped, so a reader never sees a map being changed.
   struct Forwarding {
-    xfrm::Spd spd;
+    std::shared_ptr<xfrm::Spd> spd = std::make_shared<xfrm::Spd>();
     std::map<uint32_t, std::shared_ptr<pipeline::SaGroup>> groups;  // by reqid
   };
+  struct InstalledPolicy {
+    xfrm::Policy policy;
+    bool from_charon = false;
+  };
+  struct RouteUse {
+    esp::IpPrefix prefix;
+    unsigned policies = 0;  // out protect policies whose remote side it is
+  };
 
-  // The static file's SAs and policies followed by charon's, policies renumbered.
-  xfrm::StaticConfig merged_config() const;
-  // Installs `config` (diffing against what runs) and brings routes and MTU in line.
-  void apply_locked(const xfrm::StaticConfig& config);
-  void apply(const xfrm::StaticConfig& config);
+  // Brings the running static SAs and policies to `next` (the constructor, reload):
+  // only what changed is installed or removed.
+  void apply_static_locked(xfrm::StaticConfig next);
+  // Installs `entry` or replaces a different one under its key (no-op when identical).
+  bool install_sa_locked(const xfrm::SadEntry& entry, bool from_charon);
+  bool remove_sa_locked(const std::string& key);
+  void retire_outbound_locked(std::map<std::string, std::unique_ptr<OutboundEntry>>::iterator it);
+  void retire_inbound_locked(std::map<std::string, std::unique_ptr<InboundEntry>>::iterator it);
+  void install_policy_locked(const xfrm::Policy& policy, bool from_charon);
+  bool remove_policy_locked(uint32_t id);
+  // The group of `reqid`, created (a new snapshot) when missing.
+  std::shared_ptr<pipeline::SaGroup> group_locked(uint32_t reqid);
+  void drop_group_if_empty_locked(uint32_t reqid);
+  void add_route_use_locked(const xfrm::Policy& policy);
+  void drop_route_use_locked(const xfrm::Policy& policy);
+  // The TUN MTU an outbound SA allows: its peer's path MTU (looked up once per peer)
+  // minus the worst-case ESP overhead. Also raises max_path_mtu_.
+  unsigned mtu_candidate(const esp::SaConfig& sa);
+  // Sets the TUN MTU to the smallest candidate of the outbound SAs, when it changed.
+  void update_tunnel_mtu_locked();
   void ike_reader();
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
-  void sync_routes(const xfrm::StaticConfig& config);
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
   void tun_reader(unsigned queue);
@@ -143,15 +179,16 @@ class Gateway {
   // stays until its channel is gone (the last packet and snapshot let go of it).
   std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>
       retired_;
-  std::vector<esp::IpPrefix> routes_;          // routes we added, to remove on exit
-  std::map<std::string, uint32_t> path_mtus_;  // route MTU towards each peer, by address
-  std::atomic<std::shared_ptr<const Forwarding>> forwarding_;
+  std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
+  std::map<std::string, uint32_t> path_mtus_;     // route MTU towards each peer, by address
+  std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
+  std::map<uint32_t, InstalledPolicy> policies_;  // by id, static and charon's
+  std::atomic<std::shared_ptr<const Forwarding>> forwarding_{std::make_shared<const Forwarding>()};
 
   // Serialises changes (reload, charon's updates, lifetimes) and status readers. The data
   // path never takes it: it reads the `forwarding_` snapshot.
   mutable std::mutex control_mutex_;
-  xfrm::StaticConfig static_config_;   // from static-sa-file
-  xfrm::StaticConfig dynamic_config_;  // from charon
+  xfrm::StaticConfig static_config_;  // from static-sa-file, inbound selectors filled in
   ExpireHandler expire_handler_;
   IkeHandler ike_handler_;
   std::unique_ptr<io::WanSocket> ike_socket_;  // UDP ike-port (500) when charon is attached

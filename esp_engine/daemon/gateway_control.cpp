@@ -98,9 +98,7 @@ std::optional<uint64_t> Gateway::group_idle_ms(xfrm::Direction direction, uint32
 }
 
 bool Gateway::spi_in_use(uint32_t spi) const {
-  std::lock_guard lock(control_mutex_);
-  return std::any_of(inbound_.begin(), inbound_.end(),
-                     [&](const auto& entry) { return entry.second->entry.config.spi == spi; });
+  return pipeline_->has_inbound(spi);
 }
 
 GatewayStatus Gateway::status() const {
@@ -153,7 +151,7 @@ GatewayStatus Gateway::status() const {
     std::sort(g.member_spis.begin(), g.member_spis.end());
     status.groups.push_back(std::move(g));
   }
-  status.policies = forwarding->spd.list();
+  status.policies = forwarding->spd->list();
   const auto g = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   status.gateway_drops = {{"no-policy", g(counters_.no_policy)},
                           {"policy-discard", g(counters_.policy_discard)},

@@ -26,6 +26,8 @@ struct LifetimeTracking {
 
 struct Gateway::OutboundEntry {
   xfrm::SadEntry entry;
+  bool from_charon = false;
+  unsigned mtu_candidate = 0;  // its element of the gateway's mtu_candidates_
   LifetimeTracking lifetime;
   std::shared_ptr<esp::OutboundSa> sa;
   std::shared_ptr<WanSink> sink;
@@ -34,6 +36,7 @@ struct Gateway::OutboundEntry {
 
 struct Gateway::InboundEntry {
   xfrm::SadEntry entry;
+  bool from_charon = false;
   LifetimeTracking lifetime;
   std::shared_ptr<esp::InboundSa> sa;
   std::shared_ptr<pipeline::InboundChannel> channel;

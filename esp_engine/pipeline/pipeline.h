@@ -82,6 +82,7 @@ class Pipeline {
   std::shared_ptr<InboundChannel> add_inbound(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink);
   // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
   bool remove_inbound(uint32_t spi);
+  bool has_inbound(uint32_t spi) const { return inbound_.find(spi) != nullptr; }
 
   // Takes ownership of `packet` (an inner IPv4/IPv6 packet) in every case. On a drop the
   // reason has been counted on the SA and the packet is back in the pool.

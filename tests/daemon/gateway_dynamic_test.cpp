@@ -1,0 +1,235 @@
+// The gateway's incremental control path (what the charon plugin drives): SAs and
+// policies added and removed one at a time, ECMP slots handed over at rekeys, routes
+// counted per policy, and the static file's SAs left alone. A real Gateway runs: TUN
+// device, raw ESP socket, rtnetlink, pipeline workers, inside a private network
+// namespace the test process makes for itself (needs root; skipped with the reason
+// otherwise). Routes are read back from /proc/net/route, not through espgw's netlink code.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "daemon/gateway.h"
+#include "gtest/gtest.h"
+#include "xfrm/netlink.h"
+
+namespace espgw::daemon {
+namespace {
+
+std::string g_skip_reason;
+
+class PrivateNetworkNamespace : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (unshare(CLONE_NEWNET) != 0) {
+      g_skip_reason = std::string("unshare(CLONE_NEWNET) failed: ") + std::strerror(errno) +
+                      " -- these tests need root for a private network namespace";
+      return;
+    }
+    xfrm::RtNetlink netlink;
+    if (auto r = netlink.set_link_up("lo"); !r) g_skip_reason = "lo: " + r.message;
+  }
+};
+
+esp::IpAddress address(const char* text) {
+  return *esp::IpAddress::parse(text);
+}
+esp::IpPrefix prefix(const char* text) {
+  return *esp::IpPrefix::parse(text);
+}
+
+xfrm::SadEntry sa(xfrm::Direction direction, uint32_t spi, uint32_t reqid, uint64_t slot) {
+  xfrm::SadEntry entry;
+  entry.direction = direction;
+  entry.reqid = reqid;
+  entry.group_slot = slot;
+  entry.config.spi = spi;
+  entry.config.key_material.assign(20, static_cast<uint8_t>(spi));
+  const bool out = direction == xfrm::Direction::out;
+  entry.config.tunnel_source = address(out ? "127.0.0.1" : "127.0.0.2");
+  entry.config.tunnel_destination = address(out ? "127.0.0.2" : "127.0.0.1");
+  return entry;
+}
+
+xfrm::Policy out_policy(uint32_t id, uint32_t reqid, const char* remote) {
+  xfrm::Policy policy;
+  policy.id = id;
+  policy.direction = xfrm::Direction::out;
+  policy.selector.local = prefix("10.1.0.0/16");
+  policy.selector.remote = prefix(remote);
+  policy.reqid = reqid;
+  return policy;
+}
+
+// Destinations of the routes through `device`, as the kernel lists them.
+std::set<std::string> kernel_routes(const std::string& device) {
+  std::ifstream file("/proc/net/route");
+  std::string line;
+  std::getline(file, line);  // header
+  std::set<std::string> routes;
+  while (std::getline(file, line)) {
+    std::istringstream fields(line);
+    std::string name, destination, gateway, flags, refcnt, use, metric, mask;
+    fields >> name >> destination >> gateway >> flags >> refcnt >> use >> metric >> mask;
+    if (name == device) routes.insert(destination + "/" + mask);
+  }
+  return routes;
+}
+
+const GroupStatus* find_group(const GatewayStatus& status, uint32_t reqid) {
+  for (const auto& group : status.groups)
+    if (group.reqid == reqid) return &group;
+  return nullptr;
+}
+
+class GatewayDynamicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_skip_reason.empty()) GTEST_SKIP() << g_skip_reason;
+    GatewayConfig config;
+    config.tun_name = "espgwdyn0";
+    config.local_address = address("127.0.0.1");
+    config.workers = 1;
+    config.pool_packets = 256;
+    config.log_level = LogLevel::warn;
+    gateway_ = std::make_unique<Gateway>(config);
+  }
+
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayDynamicTest, ThousandsOfSasComeAndGoOneAtATime) {
+  constexpr uint32_t kChildren = 1500;
+  for (uint32_t i = 0; i < kChildren; ++i) {
+    ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::out, 0x10000 + i, i + 1, 1)));
+    ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::in, 0x20000 + i, i + 1, 1)));
+    gateway_->add_dynamic_policy(out_policy((1u << 24) + i, i + 1, "10.2.0.0/16"));
+  }
+  auto status = gateway_->status();
+  EXPECT_EQ(status.sas.size(), 2 * kChildren);
+  EXPECT_EQ(status.groups.size(), kChildren);
+  EXPECT_EQ(status.policies.size(), kChildren);
+  // All the policies share one remote subnet: one route.
+  EXPECT_EQ(kernel_routes("espgwdyn0"), (std::set<std::string>{"0000020A/0000FFFF"}));
+  EXPECT_TRUE(gateway_->spi_in_use(0x20000 + 7));
+  EXPECT_FALSE(gateway_->spi_in_use(0x10000 + 7));  // outbound SPIs are the peer's
+
+  for (uint32_t i = 0; i < kChildren; ++i) {
+    ASSERT_TRUE(gateway_->remove_dynamic_sa(0x10000 + i, address("127.0.0.2")));
+    ASSERT_TRUE(gateway_->remove_dynamic_sa(0x20000 + i, address("127.0.0.1")));
+    ASSERT_TRUE(gateway_->remove_dynamic_policy((1u << 24) + i));
+    if (i + 1 < kChildren) {
+      ASSERT_EQ(kernel_routes("espgwdyn0").size(), 1u);
+    }
+  }
+  EXPECT_FALSE(gateway_->remove_dynamic_sa(0x10000, address("127.0.0.2")));
+  EXPECT_FALSE(gateway_->remove_dynamic_policy(1u << 24));
+  status = gateway_->status();
+  EXPECT_TRUE(status.sas.empty());
+  EXPECT_TRUE(status.groups.empty());  // empty groups do not linger
+  EXPECT_TRUE(status.policies.empty());
+  EXPECT_TRUE(kernel_routes("espgwdyn0").empty());
+  EXPECT_FALSE(gateway_->spi_in_use(0x20000 + 7));
+}
+
+TEST_F(GatewayDynamicTest, RekeyHandsTheSlotToTheNewestAndBackWhenItGoes) {
+  ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::out, 0xa1, 5, 42)));
+  ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::out, 0xb1, 5, 43)));
+  ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::out, 0xa2, 5, 42)));  // rekey of a1
+  auto status = gateway_->status();
+  auto group = find_group(status, 5);
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(std::multiset<uint32_t>(group->member_spis.begin(), group->member_spis.end()),
+            (std::multiset<uint32_t>{0xa2, 0xb1}));
+
+  // The new SA goes first (a rekey collision lost): the old one carries the slot again.
+  ASSERT_TRUE(gateway_->remove_dynamic_sa(0xa2, address("127.0.0.2")));
+  status = gateway_->status();
+  group = find_group(status, 5);
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(std::multiset<uint32_t>(group->member_spis.begin(), group->member_spis.end()),
+            (std::multiset<uint32_t>{0xa1, 0xb1}));
+
+  // A usual rekey: new one in, old one out; the slot stays with the new one.
+  ASSERT_TRUE(gateway_->add_dynamic_sa(sa(xfrm::Direction::out, 0xa3, 5, 42)));
+  ASSERT_TRUE(gateway_->remove_dynamic_sa(0xa1, address("127.0.0.2")));
+  status = gateway_->status();
+  group = find_group(status, 5);
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(std::multiset<uint32_t>(group->member_spis.begin(), group->member_spis.end()),
+            (std::multiset<uint32_t>{0xa3, 0xb1}));
+}
+
+TEST_F(GatewayDynamicTest, ChangedEntryReplacesAndIdenticalOneIsKept) {
+  auto entry = sa(xfrm::Direction::in, 0xc1, 9, 1);
+  ASSERT_TRUE(gateway_->add_dynamic_sa(entry));
+  ASSERT_TRUE(gateway_->add_dynamic_sa(entry));  // identical: nothing changes
+  EXPECT_EQ(gateway_->status().sas.size(), 1u);
+  entry.config.key_material.assign(20, 0x77);  // same key, new keys: replaced
+  ASSERT_TRUE(gateway_->add_dynamic_sa(entry));
+  EXPECT_EQ(gateway_->status().sas.size(), 1u);
+  EXPECT_TRUE(gateway_->spi_in_use(0xc1));
+}
+
+TEST_F(GatewayDynamicTest, RoutesAreCountedPerPolicyAndPolicyChangesMoveThem) {
+  gateway_->add_dynamic_policy(out_policy(100, 1, "10.2.0.0/16"));
+  gateway_->add_dynamic_policy(out_policy(101, 2, "10.2.0.0/16"));
+  gateway_->add_dynamic_policy(out_policy(102, 3, "10.3.0.0/16"));
+  EXPECT_EQ(kernel_routes("espgwdyn0"),
+            (std::set<std::string>{"0000020A/0000FFFF", "0000030A/0000FFFF"}));
+  ASSERT_TRUE(gateway_->remove_dynamic_policy(100));
+  EXPECT_EQ(kernel_routes("espgwdyn0").size(), 2u);                 // 101 still needs 10.2/16
+  gateway_->add_dynamic_policy(out_policy(101, 2, "10.4.0.0/16"));  // same id, new subnet
+  EXPECT_EQ(kernel_routes("espgwdyn0"),
+            (std::set<std::string>{"0000040A/0000FFFF", "0000030A/0000FFFF"}));
+  gateway_->clear_dynamic_policies();
+  EXPECT_TRUE(kernel_routes("espgwdyn0").empty());
+  EXPECT_TRUE(gateway_->status().policies.empty());
+}
+
+TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
+  const std::string path = "/tmp/espgw_gateway_dynamic_test.sa";
+  {
+    std::ofstream file(path);
+    file << "sa out spi 0x501 aes-gcm-128 key 0x0102030405060708090a0b0c0d0e0f1011121314 "
+            "src 127.0.0.1 dst 127.0.0.2 reqid 7\n"
+            "policy out local 10.1.0.0/16 remote 10.9.0.0/16 action protect reqid 7\n";
+  }
+  GatewayConfig config;
+  config.tun_name = "espgwdyn1";
+  config.local_address = address("127.0.0.1");
+  config.workers = 1;
+  config.pool_packets = 256;
+  config.log_level = LogLevel::warn;
+  config.static_sa_file = path;
+  auto gateway = std::make_unique<Gateway>(config);
+  ASSERT_TRUE(gateway->add_dynamic_sa(sa(xfrm::Direction::out, 0x601, 8, 1)));
+  gateway->add_dynamic_policy(out_policy(1u << 24, 8, "10.2.0.0/16"));
+  EXPECT_EQ(gateway->status().sas.size(), 2u);
+  gateway->clear_dynamic_sas();
+  gateway->clear_dynamic_policies();
+  const auto status = gateway->status();
+  ASSERT_EQ(status.sas.size(), 1u);
+  EXPECT_EQ(status.sas[0].spi, 0x501u);
+  ASSERT_EQ(status.policies.size(), 1u);
+  EXPECT_EQ(kernel_routes("espgwdyn1"), (std::set<std::string>{"0000090A/0000FFFF"}));
+  ASSERT_TRUE(gateway->reload());  // unchanged file: still exactly the static state
+  EXPECT_EQ(gateway->status().sas.size(), 1u);
+  gateway.reset();
+  unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace espgw::daemon
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new espgw::daemon::PrivateNetworkNamespace);
+  return RUN_ALL_TESTS();
+}
