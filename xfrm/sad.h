@@ -30,6 +30,16 @@ struct SadEntry {
   uint64_t group_slot = 0;
 };
 
+// What names an SA, in the kernel as with charon: its SPI (host order) and destination.
+struct SaId {
+  uint32_t spi = 0;
+  esp::IpAddress destination;
+  auto operator<=>(const SaId&) const = default;
+};
+inline SaId sa_id_of(const SadEntry& entry) {
+  return {entry.config.spi, entry.config.tunnel_destination};
+}
+
 // Field by field, key material included (the config types have no comparison of their
 // own). For tests and change detection, not for anything secret-dependent.
 bool operator==(const SadEntry& a, const SadEntry& b);

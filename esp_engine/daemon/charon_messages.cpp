@@ -85,12 +85,6 @@ xfrm::Direction parse_direction(Reader& reader, const std::string& text) {
 
 }  // namespace
 
-std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
-  char spi_text[16];
-  std::snprintf(spi_text, sizeof spi_text, "%08x", spi);
-  return std::string(spi_text) + "/" + destination.to_string();
-}
-
 std::variant<SaId, std::string> sa_id_from(const vici::Message& request) {
   Reader reader(request);
   SaId id;

@@ -15,12 +15,7 @@
 
 namespace espgw::daemon {
 
-// An SA's identity as charon names it: SPI (host order) and destination address.
-struct SaId {
-  uint32_t spi = 0;
-  esp::IpAddress destination;
-  bool operator==(const SaId&) const = default;
-};
+using xfrm::SaId;
 
 // A policy and the key charon's identical add/del calls share: direction and selectors.
 // charon adds the same policy once per CHILD_SA that uses it, so the gateway counts them.
@@ -35,8 +30,5 @@ std::variant<SaId, std::string> sa_id_from(const vici::Message& request);
 // `with_action`: add-policy carries action, priority and reqid; del and query don't.
 std::variant<PolicyRequest, std::string> policy_from(const vici::Message& request,
                                                      bool with_action);
-
-// "spi/destination", the key SAs are stored under.
-std::string sa_key(uint32_t spi, const esp::IpAddress& destination);
 
 }  // namespace espgw::daemon

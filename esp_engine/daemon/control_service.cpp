@@ -163,7 +163,7 @@ vici::Message ControlService::add_sa(const Message& request) {
   auto& window = entry.config.replay_window;
   if (window != 0) window = std::max(window, gateway_.config().min_replay_window);
   std::lock_guard lock(mutex_);
-  const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
+  const SaId key = xfrm::sa_id_of(entry);
   reserved_spis_.erase(entry.config.spi);
   if (entry.direction == xfrm::Direction::in && !sas_.count(key) &&
       gateway_.spi_in_use(entry.config.spi))
@@ -198,7 +198,7 @@ vici::Message ControlService::del_sa(const Message& request) {
   if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
   const auto& id = std::get<SaId>(parsed);
   std::lock_guard lock(mutex_);
-  if (!sas_.erase(sa_key(id.spi, id.destination))) return failure("not found");
+  if (!sas_.erase(id)) return failure("not found");
   gateway_.remove_dynamic_sa(id.spi, id.destination);
   return success();
 }
@@ -300,7 +300,7 @@ void ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddr
 void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard) {
   {
     std::lock_guard lock(mutex_);
-    if (!sas_.count(sa_key(spi, destination))) return;  // a static SA: nobody to rekey it
+    if (!sas_.count(SaId{spi, destination})) return;  // a static SA: nobody to rekey it
   }
   Message event;
   event.set("spi", spi);
@@ -319,7 +319,7 @@ vici::Message ControlService::list_sas(ConnectionId from) {
     auto& section = parent.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
     section.set("spi", spi_text(sa.spi));
     section.set("direction", xfrm::direction_name(sa.direction));
-    section.set("origin", sas_.count(sa_key(sa.spi, sa.destination)) ? "charon" : "static");
+    section.set("origin", sas_.count(SaId{sa.spi, sa.destination}) ? "charon" : "static");
     section.set("src", sa.source.to_string());
     section.set("dst", sa.destination.to_string());
     section.set("algorithm", sa.algorithm);
@@ -396,7 +396,7 @@ vici::Message ControlService::list_policies(ConnectionId from) {
 }
 
 vici::Message ControlService::stats() {
-  const GatewayStatus status = gateway_.status();
+  const GatewayStatus status = gateway_.status(false);
   Message response = success();
   response.set("tun", status.tun_name);
   response.set("tunnel-mtu", status.tunnel_mtu);
@@ -405,7 +405,7 @@ vici::Message ControlService::stats() {
     std::lock_guard lock(mutex_);
     response.set_bool("charon-attached", !charon_instance_.empty());
     // Counts for scripts at scale, where list-sas gets long.
-    response.set("sas", static_cast<uint64_t>(status.sas.size()));
+    response.set("sas", static_cast<uint64_t>(status.sa_count));
     response.set("charon-sas", static_cast<uint64_t>(sas_.size()));
   }
   add_counters(response, "gateway-drops", status.gateway_drops);

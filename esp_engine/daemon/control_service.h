@@ -65,7 +65,7 @@ class ControlService {
 
   std::mutex mutex_;  // the state below; handlers run on the server thread, expiry elsewhere
   std::string charon_instance_;
-  std::set<std::string> sas_;  // charon's SAs, by sa_key(spi, destination)
+  std::set<xfrm::SaId> sas_;  // charon's SAs
   struct PolicyEntry {
     xfrm::Policy policy;
     unsigned references = 0;

@@ -28,12 +28,6 @@ namespace {
 constexpr size_t kWanBatch = 32;
 constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
 
-std::string sa_key(uint32_t spi, const esp::IpAddress& destination) {
-  char spi_text[16];
-  std::snprintf(spi_text, sizeof spi_text, "%08x", spi);
-  return std::string(spi_text) + "/" + destination.to_string();
-}
-
 // The SA group slot an outbound SA fills (its member key for rendezvous hashing): the
 // IKE_SA for charon's SAs, so that a CHILD_SA rekey moves no flow; the SPI for static SAs,
 // which are never rekeyed. The top bit keeps the two kinds apart.
@@ -282,7 +276,7 @@ void Gateway::drop_group_if_empty_locked(uint32_t reqid) {
 }
 
 bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
-  const std::string key = sa_key(entry.config.spi, entry.config.tunnel_destination);
+  const xfrm::SaId key = xfrm::sa_id_of(entry);
   const auto& backend = *crypto::find_backend(config_.crypto_backend);
   if (entry.direction == xfrm::Direction::out) {
     if (auto existing = outbound_.find(key); existing != outbound_.end()) {
@@ -335,7 +329,7 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
 }
 
 void Gateway::retire_outbound_locked(
-    std::map<std::string, std::unique_ptr<OutboundEntry>>::iterator it) {
+    std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it) {
   const OutboundEntry& old = *it->second;
   // The final counters: after this the SA and its statistics are gone.
   log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes",
@@ -368,7 +362,7 @@ void Gateway::retire_outbound_locked(
 }
 
 void Gateway::retire_inbound_locked(
-    std::map<std::string, std::unique_ptr<InboundEntry>>::iterator it) {
+    std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it) {
   const InboundEntry& old = *it->second;
   pipeline_->remove_inbound(old.entry.config.spi);
   log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
@@ -377,7 +371,7 @@ void Gateway::retire_inbound_locked(
   inbound_.erase(it);
 }
 
-bool Gateway::remove_sa_locked(const std::string& key) {
+bool Gateway::remove_sa_locked(const xfrm::SaId& key) {
   if (auto out = outbound_.find(key); out != outbound_.end()) {
     retire_outbound_locked(out);
     return true;
@@ -472,7 +466,7 @@ void Gateway::apply_static_locked(xfrm::StaticConfig next) {
   for (const auto& old : static_config_.sas)
     if (std::none_of(next.sas.begin(), next.sas.end(),
                      [&](const auto& entry) { return entry == old; }))
-      remove_sa_locked(sa_key(old.config.spi, old.config.tunnel_destination));
+      remove_sa_locked(xfrm::sa_id_of(old));
   for (const auto& entry : next.sas) install_sa_locked(entry, false);
 
   static_config_ = std::move(next);
@@ -513,7 +507,7 @@ bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
 
 bool Gateway::remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination) {
   std::lock_guard lock(control_mutex_);
-  const bool removed = remove_sa_locked(sa_key(spi, destination));
+  const bool removed = remove_sa_locked({spi, destination});
   update_tunnel_mtu_locked();
   return removed;
 }
@@ -530,7 +524,7 @@ bool Gateway::remove_dynamic_policy(uint32_t id) {
 
 void Gateway::clear_dynamic_sas() {
   std::lock_guard lock(control_mutex_);
-  std::vector<std::string> keys;
+  std::vector<xfrm::SaId> keys;
   for (const auto& [key, entry] : outbound_)
     if (entry->from_charon) keys.push_back(key);
   for (const auto& [key, entry] : inbound_)

@@ -89,7 +89,9 @@ class Gateway {
   // The shortest idle time among the SAs of a group (reqid) in one direction.
   std::optional<uint64_t> group_idle_ms(xfrm::Direction direction, uint32_t reqid) const;
   bool spi_in_use(uint32_t spi) const;  // by an inbound SA
-  GatewayStatus status() const;
+  // `entries`: the per-SA, group and policy lists too; without them only counts and
+  // counters (cheap at thousands of SAs, for frequent polling).
+  GatewayStatus status(bool entries = true) const;
   const GatewayConfig& config() const { return config_; }
   const esp::IpAddress& local_address() const { return config_.local_address; }
 
@@ -134,9 +136,9 @@ class Gateway {
   void apply_static_locked(xfrm::StaticConfig next);
   // Installs `entry` or replaces a different one under its key (no-op when identical).
   bool install_sa_locked(const xfrm::SadEntry& entry, bool from_charon);
-  bool remove_sa_locked(const std::string& key);
-  void retire_outbound_locked(std::map<std::string, std::unique_ptr<OutboundEntry>>::iterator it);
-  void retire_inbound_locked(std::map<std::string, std::unique_ptr<InboundEntry>>::iterator it);
+  bool remove_sa_locked(const xfrm::SaId& id);
+  void retire_outbound_locked(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it);
+  void retire_inbound_locked(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it);
   void install_policy_locked(const xfrm::Policy& policy, bool from_charon);
   bool remove_policy_locked(uint32_t id);
   // The group of `reqid`, created (a new snapshot) when missing.
@@ -173,8 +175,8 @@ class Gateway {
   unsigned tunnel_mtu_ = 0;
   size_t max_path_mtu_ = 1500;  // largest WAN path MTU towards a peer
 
-  std::map<std::string, std::unique_ptr<OutboundEntry>> outbound_;  // by "spi/destination"
-  std::map<std::string, std::unique_ptr<InboundEntry>> inbound_;
+  std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
+  std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
   // Sinks of removed outbound SAs: packets in flight still deliver through them, so each
   // stays until its channel is gone (the last packet and snapshot let go of it).
   std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>

@@ -69,7 +69,7 @@ std::optional<Gateway::SaUsage> Gateway::sa_usage(uint32_t spi,
                                                   const esp::IpAddress& destination) const {
   std::lock_guard lock(control_mutex_);
   const auto now = std::chrono::steady_clock::now();
-  const std::string key = sa_key(spi, destination);
+  const xfrm::SaId key{spi, destination};
   auto usage = [&](const auto& entry) {
     const auto& counters = entry.sa->counters();
     return SaUsage{counters.bytes(), counters.packets(), idle_ms(entry.lifetime, now)};
@@ -101,7 +101,7 @@ bool Gateway::spi_in_use(uint32_t spi) const {
   return pipeline_->has_inbound(spi);
 }
 
-GatewayStatus Gateway::status() const {
+GatewayStatus Gateway::status(bool entries) const {
   std::lock_guard lock(control_mutex_);
   const auto now = std::chrono::steady_clock::now();
   GatewayStatus status;
@@ -129,12 +129,15 @@ GatewayStatus Gateway::status() const {
         std::chrono::duration_cast<std::chrono::seconds>(now - entry.lifetime.added_at).count());
     return sa;
   };
+  status.sa_count = outbound_.size() + inbound_.size();
   for (const auto& [key, entry] : outbound_) {
+    if (!entries) break;
     SaStatus sa = describe(*entry, xfrm::Direction::out);
     sa.in_flight = entry->channel->in_flight();
     status.sas.push_back(std::move(sa));
   }
   for (const auto& [key, entry] : inbound_) {
+    if (!entries) break;
     SaStatus sa = describe(*entry, xfrm::Direction::in);
     const auto reorder = entry->channel->release().stats();
     sa.late = reorder.late;
@@ -143,6 +146,7 @@ GatewayStatus Gateway::status() const {
   }
   const auto forwarding = forwarding_.load();
   for (const auto& [reqid, group] : forwarding->groups) {
+    if (!entries) break;
     GroupStatus g;
     g.reqid = reqid;
     g.member_spis = group->member_spis();
@@ -151,7 +155,7 @@ GatewayStatus Gateway::status() const {
     std::sort(g.member_spis.begin(), g.member_spis.end());
     status.groups.push_back(std::move(g));
   }
-  status.policies = forwarding->spd->list();
+  if (entries) status.policies = forwarding->spd->list();
   const auto g = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   status.gateway_drops = {{"no-policy", g(counters_.no_policy)},
                           {"policy-discard", g(counters_.policy_discard)},

@@ -49,6 +49,7 @@ struct GatewayStatus {
   std::string tun_name;
   unsigned tunnel_mtu = 0;
   std::string crypto_backend;
+  size_t sa_count = 0;  // outbound and inbound, filled in even without the lists
   std::vector<SaStatus> sas;
   std::vector<GroupStatus> groups;
   std::vector<xfrm::Policy> policies;

@@ -18,7 +18,8 @@ struct IpAddress {
   static IpAddress v6(const uint8_t* sixteen_bytes);
   std::string to_string() const;
   size_t length() const { return family == 4 ? 4 : 16; }
-  bool operator==(const IpAddress&) const = default;
+  // Family first, then bytes: an order for maps, not a numeric one.
+  auto operator<=>(const IpAddress&) const = default;
 };
 
 struct IpPrefix {

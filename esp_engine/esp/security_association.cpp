@@ -92,8 +92,20 @@ bool SaCrypto::open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t 
   return key_->open(inputs.nonce, inputs.aad, aad_length, data, data, length, icv);
 }
 
+// The expanded key in SaCrypto is all the SA needs: the raw key material is wiped rather
+// than kept in a second place (and it costs memory per SA at thousands of SAs).
+namespace {
+void forget_key_material(SaConfig& config) {
+  explicit_bzero(config.key_material.data(), config.key_material.size());
+  config.key_material.clear();
+  config.key_material.shrink_to_fit();
+}
+}  // namespace
+
 OutboundSa::OutboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)
-    : config_(validated(config)), crypto_(config_, backend) {}
+    : config_(validated(config)), crypto_(config_, backend) {
+  forget_key_material(config_);
+}
 
 DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence) {
   const uint64_t last = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
@@ -121,7 +133,9 @@ uint64_t OutboundSa::last_sequence() const {
 InboundSa::InboundSa(const SaConfig& config, const crypto::CryptoBackend& backend)
     : config_(validated(config)),
       crypto_(config_, backend),
-      replay_window_(config_.replay_window, config_.esn) {}
+      replay_window_(config_.replay_window, config_.esn) {
+  forget_key_material(config_);
+}
 
 bool InboundSa::selectors_allow(const IpAddress& inner_source,
                                 const IpAddress& inner_destination) const {

@@ -33,7 +33,9 @@ struct TrafficSelector {
 struct SaConfig {
   uint32_t spi = 0;
   crypto::AeadAlgorithm algorithm = crypto::AeadAlgorithm::aes_gcm_128;
-  std::vector<uint8_t> key_material;  // cipher key followed by the 4-byte salt
+  // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
+  // once SaCrypto has expanded it: their config() has none.
+  std::vector<uint8_t> key_material;
   bool esn = false;
   // Outer header addresses: source = the sender of this SA's packets.
   IpAddress tunnel_source;
