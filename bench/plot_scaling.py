@@ -15,6 +15,7 @@ def main(source, target):
     data = json.load(open(source))
     children = [r for r in data["results"] if r["kind"] == "children"]
     pairs = [r for r in data["results"] if r["kind"] == "pairs"]
+    control = [r for r in data["results"] if r["kind"] == "control"]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     fig.suptitle(f"espgw under charon: scaling ({data['cpus']} CPUs, {data['date'][:10]})")
 
@@ -22,7 +23,7 @@ def main(source, target):
     ax = axes[0][0]
     ax.plot(n, [r["establish_seconds"] for r in children], "o-")
     ax.set_xscale("log")
-    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_xlabel("CHILD_SAs (1000 per IKE_SA)")
     ax.set_ylabel("seconds until espgw holds all SAs")
     ax.grid(True, alpha=0.3)
 
@@ -30,10 +31,14 @@ def main(source, target):
     rates = [(r["child_sas"], r["install_rate_sas_per_second"]) for r in children
              if r["install_rate_sas_per_second"]]
     if rates:
-        ax.plot([x for x, _ in rates], [y for _, y in rates], "o-", label="measured")
+        ax.plot([x for x, _ in rates], [y for _, y in rates], "o-", label="with charon (IKE included)")
+    if control:
+        ax.plot([r["child_sas"] for r in control], [r["install_rate_sas_per_second"] for r in control],
+                "s", color="#2e7d32", label="espgw's control socket alone")
     ax.axhline(2000, color="grey", linestyle="--", label="target 2000 SAs/s")
     ax.set_xscale("log")
-    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_yscale("log")
+    ax.set_xlabel("CHILD_SAs (1000 per IKE_SA)")
     ax.set_ylabel("SAs installed per second")
     ax.legend()
     ax.grid(True, alpha=0.3)
@@ -43,10 +48,13 @@ def main(source, target):
                 if r.get("marginal_bytes_per_sa")]
     if marginal:
         ax.plot([x for x, _ in marginal], [y for _, y in marginal], "o-",
-                label="measured (growth beyond the smallest run)")
+                label="with charon, growth beyond the smallest run")
+    if control:
+        ax.plot([r["child_sas"] for r in control], [r["bytes_per_sa"] / 1024 for r in control],
+                "s", color="#2e7d32", label="control socket alone, growth from empty")
     ax.axhline(4, color="grey", linestyle="--", label="target 4 KiB")
     ax.set_xscale("log")
-    ax.set_xlabel("CHILD_SAs on one IKE_SA")
+    ax.set_xlabel("CHILD_SAs (1000 per IKE_SA)")
     ax.set_ylabel("espgw RSS growth per SA, KiB")
     ax.legend()
     ax.grid(True, alpha=0.3)

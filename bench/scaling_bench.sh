@@ -2,12 +2,17 @@
 # Multi-tunnel scaling harness: espgw under two charons (the espgw plugin) in the
 # four-namespace topology of tests/netns/lib.sh, at growing numbers of SAs.
 #
-#   children  N CHILD_SAs (N in SCALE_CHILDREN, default 1 10 100 1000) on one IKE_SA,
-#             each child config with its own traffic selector (remote UDP port
-#             20000+i), all started by charon when the config is loaded (start_action =
-#             start). Measures the time until espgw holds all 2N SAs, the rate at which
+#   children  N CHILD_SAs (N in SCALE_CHILDREN, default 1 10 100 1000 5000), each child
+#             config with its own traffic selector (remote UDP port 20000+i), on one
+#             IKE_SA per SCALE_CHILDREN_PER_IKE (1000) children, all started by charon
+#             when the config is loaded (start_action = start). Measures the time until espgw holds all 2N SAs, the rate at which
 #             the plugin installed them (espgw's log timestamps of the first and last
 #             install), and espgw's memory per SA (VmRSS growth / 2N).
+#   control   espgw alone, no charon: bench/control_install_bench.cpp sends the plugin's
+#             requests for N CHILD_SAs (N in SCALE_CONTROL, default 5000: 10,000 SAs)
+#             straight to espgw's control socket, one at a time, then deletes them.
+#             Measures espgw's own install and removal rates and memory per SA, apart
+#             from what IKE and charon cost.
 #   pairs     M IKE_SAs (M in SCALE_PAIRS, default 1 2 4 8), each with one CHILD_SA of the
 #             same child config (espgw's parallel-child; reuse_ikesa = no): the ECMP
 #             group of M members. Measures the time to establish them, the aggregate
@@ -25,13 +30,16 @@ BUILD=$(readlink -f "${BUILD:-$ROOT/build/release}")
 ESPGW=$BUILD/esp_engine/daemon/espgw
 ESPGWCTL=$BUILD/vici_bridge/espgwctl
 PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
-SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000}
+SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000 5000}
 SCALE_PAIRS=${SCALE_PAIRS-1 2 4 8}
+SCALE_CHILDREN_PER_IKE=${SCALE_CHILDREN_PER_IKE:-1000}
+SCALE_CONTROL=${SCALE_CONTROL-5000}
+INSTALL_BENCH=$BUILD/bench/espgw_control_install_bench
 SCALE_FLOWS=${SCALE_FLOWS:-16}
 SCALE_SECONDS=${SCALE_SECONDS:-5}
 SCALE_OUT=${SCALE_OUT:-$ROOT/bench/results/scaling.json}
 SCALE_PLOT=${SCALE_PLOT-$ROOT/docs/img/scaling.png}
-for f in "$ESPGW" "$ESPGWCTL" "$PLUGIN"; do
+for f in "$ESPGW" "$ESPGWCTL" "$PLUGIN" ${SCALE_CONTROL:+"$INSTALL_BENCH"}; do
   [[ -e $f ]] || { echo "missing $f: build first (cmake --preset release && cmake --build build/release)" >&2; exit 1; }
 done
 
@@ -57,12 +65,17 @@ stop_daemons() {  # everything start_espgw/start_charon started, by PID: charons
   rm -f "$WORK"/espgw-*.log "$WORK"/charon-*.log
 }
 
-# swanctl.conf with N children of distinct selectors (remote UDP port 20000+i) on one
-# connection.
+# swanctl.conf with N children of distinct selectors (remote UDP port 20000+i), at most
+# SCALE_CHILDREN_PER_IKE (1000) per connection: a bigger connection's load-conn message
+# outgrows VICI's 512 KiB limit, and beyond that many CHILD_SAs a gateway has more peers.
 write_children_conf() {  # write_children_conf SIDE N START_ACTION
-  local side=$1 n=$2 start=$3 local_ts remote_ts i port children=""
+  local side=$1 n=$2 start=$3 local_ts remote_ts i port children="" connections=()
   read -r local_ts remote_ts <<<"$(side_subnets "$side")"
   for ((i = 1; i <= n; i++)); do
+    if ((i > 1 && (i - 1) % SCALE_CHILDREN_PER_IKE == 0)); then
+      connections+=("$children")
+      children=""
+    fi
     port=$((20000 + i))
     # The port is on gwB's side of the selector: remote for gwA, local for gwB.
     if [[ $side == a ]]; then children+="      c$i {
@@ -78,7 +91,8 @@ write_children_conf() {  # write_children_conf SIDE N START_ACTION
       }
 "
   done
-  write_swanctl_children "$side" yes "$children"
+  connections+=("$children")
+  write_swanctl_children "$side" yes "${connections[@]}"
 }
 
 # Install timestamps (seconds of the day) of the first and last SA espgw installed.
@@ -132,6 +146,15 @@ PY
   stop_daemons
 }
 
+run_control() {  # run_control N: N CHILD_SAs' requests straight to espgw's control socket
+  start_espgw a
+  if ! "$INSTALL_BENCH" "$WORK/espgw-a.ctl" "$1" "${ESPGW_PID[a]}" >>"$RESULTS" 2>"$WORK/control.err"; then
+    log "control $1 failed: $(cat "$WORK/control.err")"
+  fi
+  log "control $1: $(tail -1 "$RESULTS")"
+  stop_daemons
+}
+
 run_pairs() {  # run_pairs M
   local m=$1 t0 t1
   start_ecmp_pair "$m"
@@ -170,9 +193,10 @@ PY
 }
 
 export SCALE_FLOWS
-log "topology, then children: $SCALE_CHILDREN; pairs: $SCALE_PAIRS"
+log "topology, then children: $SCALE_CHILDREN; control: $SCALE_CONTROL; pairs: $SCALE_PAIRS"
 setup_topology
 for n in $SCALE_CHILDREN; do run_children "$n"; done
+for n in $SCALE_CONTROL; do run_control "$n"; done
 for m in $SCALE_PAIRS; do run_pairs "$m"; done
 
 mkdir -p "$(dirname "$SCALE_OUT")"

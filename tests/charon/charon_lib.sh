@@ -134,14 +134,26 @@ start_charon() {  # start_charon SIDE BACKEND
   wait_until 10 test -S "$WORK/charon-$side.vici" || { log "charon $side did not open its VICI socket"; tail -20 "$WORK/charon-$side.log"; return 1; }
 }
 
-# write_swanctl_children SIDE ENCAP CHILDREN: swanctl.conf for SIDE, a PSK connection
-# "s2s" whose children section holds the text CHILDREN (SWANCTL_UNIQUE: unique policy).
+# write_swanctl_children SIDE ENCAP CHILDREN [CHILDREN...]: swanctl.conf for SIDE, a PSK
+# connection "s2s" whose children section holds the text CHILDREN (SWANCTL_UNIQUE: unique
+# policy). Each further CHILDREN text makes one more connection, "s2s-2", "s2s-3", ...,
+# with identities of its own (gwa-2.espgw.test, ...) so that the responder tells them
+# apart: one IKE_SA each, as separate site pairs would have.
 write_swanctl_children() {
-  local side=$1 encap=$2 children=$3 other
+  local side=$1 encap=$2 other k=0 suffix ids=""
+  shift 2
   other=$(other_side "$side")
-  cat >"$WORK/swanctl-$side.conf" <<EOS
-connections {
-  s2s {
+  {
+    echo "connections {"
+    for children in "$@"; do
+      k=$((k + 1))
+      suffix=""
+      ((k > 1)) && suffix="-$k"
+      ids+="    id-a$k = gwa$suffix.espgw.test
+    id-b$k = gwb$suffix.espgw.test
+"
+      cat <<EOS
+  s2s$suffix {
     version = 2
     local_addrs = $(side_addr "$side")
     remote_addrs = $(side_addr "$other")
@@ -151,25 +163,27 @@ connections {
     proposals = aes128gcm16-prfsha256-x25519
     local {
       auth = psk
-      id = gw$side.espgw.test
+      id = gw$side$suffix.espgw.test
     }
     remote {
       auth = psk
-      id = gw$other.espgw.test
+      id = gw$other$suffix.espgw.test
     }
     children {
 $children
     }
   }
+EOS
+    done
+    cat <<EOS
 }
 secrets {
   ike-s2s {
-    id-a = gwa.espgw.test
-    id-b = gwb.espgw.test
-    secret = 0x$PSK
+$ids    secret = 0x$PSK
   }
 }
 EOS
+  } >"$WORK/swanctl-$side.conf"
   chmod 600 "$WORK/swanctl-$side.conf"
 }
 
