@@ -194,7 +194,7 @@ TEST_F(GatewayDynamicTest, RoutesAreCountedPerPolicyAndPolicyChangesMoveThem) {
 }
 
 TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
-  const std::string path = "/tmp/espgw_gateway_dynamic_test.sa";
+  const std::string path = "/tmp/espgw_gateway_dynamic_test." + std::to_string(getpid()) + ".sa";
   {
     std::ofstream file(path);
     file << "sa out spi 0x501 aes-gcm-128 key 0x0102030405060708090a0b0c0d0e0f1011121314 "
