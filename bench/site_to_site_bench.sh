@@ -11,6 +11,9 @@
 #                 and two charons with the espgw plugin (LD_PRELOAD), PSK IKEv2 through
 #                 swanctl --initiate, AES-128-GCM, ESP in UDP (encap = yes, like espgw
 #                 and libipsec); the same swanctl.conf as libipsec, only the data plane differs
+#   espgw-charon-ecmpN  the same with N parallel CHILD_SAs (espgw's parallel-child = net N
+#                 on gwA, reuse_ikesa = no: N IKE_SAs with one CHILD_SA each), flows
+#                 hashed over the N outbound SAs; espgw-charon is N = 1
 #   libipsec      strongSwan 5.9.8 charon with kernel-libipsec (its userspace ESP),
 #                 PSK IKEv2, AES-128-GCM, ESP in UDP (the only mode it speaks)
 #   wireguard-go  Debian's wireguard-go, MTU 1420
@@ -30,7 +33,7 @@
 # Usage: bench/site_to_site_bench.sh            (as root)
 # Environment:
 #   BENCH_SECONDS=10        iperf3 duration of each run
-#   BENCH_PATHS="plain espgw espgw-raw espgw-charon libipsec wireguard-go"   which paths, in order
+#   BENCH_PATHS="plain espgw espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go"
 #   BENCH_CC=cubic          TCP congestion control (iperf3 -C)
 #   BENCH_WAN_MTU=1500      MTU of the WAN veth between the gateways; espgw derives its
 #                           tunnel MTU from it
@@ -39,6 +42,11 @@
 #   BENCH_OUT=bench/results/site_to_site.json
 #   BENCH_PLOT=docs/img/site_to_site.png   (empty: no plot)
 #   BENCH_KEEP=1            keep the work directory (configs, logs, raw JSON)
+#   BENCH_PROFILE=1         profile the whole machine (perf record -a -g) during each path's
+#                           lanA→lanB -P4 run and save, next to the JSON, the share of CPU
+#                           per process and the hottest functions of the gateway processes
+#                           (BENCH_OUT with .json replaced by -profile.txt). perf costs
+#                           throughput: take the throughput figures from a run without it.
 #   ESPGW=path/to/espgw     default build/s2sbench/esp_engine/daemon/espgw, built if absent
 #   ESPGWCTL=path/to/espgwctl   (espgw-charon) default: the espgwctl of ESPGW's build tree,
 #                           BUILD/vici_bridge/espgwctl (built if absent in build/s2sbench)
@@ -54,7 +62,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_SECONDS=${BENCH_SECONDS:-10}
-BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-raw espgw-charon libipsec wireguard-go}
+BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go}
 BENCH_CC=${BENCH_CC:-cubic}
 BENCH_PING_COUNT=${BENCH_PING_COUNT:-20}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/site_to_site.json}
@@ -377,21 +385,27 @@ setup_libipsec() {
 # charon with the espgw plugin, which hands espgw the SAs and carries IKE through espgw's
 # WAN socket. The tunnel is the libipsec path's: same swanctl.conf, same PSK IKEv2,
 # AES-128-GCM, encap = yes, brought up with swanctl --initiate.
-setup_espgw_charon() {
-  local psk side
+setup_espgw_charon() {  # setup_espgw_charon [MEMBERS]: MEMBERS > 1 makes an ECMP group
+  local members=${1:-1} psk side
   ensure_charon_tools
   psk=$(random_hex 24)
   for side in a b; do
     local ns=$GWA local_addr=192.0.2.1 remote_addr=192.0.2.2 local_ts=10.1.0.0/16 remote_ts=10.2.0.0/16 other=b
     [[ $side == b ]] && ns=$GWB local_addr=192.0.2.2 remote_addr=192.0.2.1 local_ts=10.2.0.0/16 remote_ts=10.1.0.0/16 other=a
     local ctl=$WORK/$PATH_NAME-espgw-$side.ctl sock=$WORK/$PATH_NAME-charon-$side.vici
-    write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_addr" "control-socket = $ctl"
+    local ecmp_conf="" reuse_ikesa=yes
+    if ((members > 1)) && [[ $side == a ]]; then
+      ecmp_conf=$'\n'"charon-vici = unix://$sock"$'\n'"parallel-child = net $members"
+      reuse_ikesa=no
+    fi
+    write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_addr" "control-socket = $ctl$ecmp_conf"
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")
     wait_while_alive 10 "$SPAWNED" test -S "$ctl" ||
       path_fail "espgw in gw${side^^} did not open its control socket $ctl: $(first_error "$WORK/$PATH_NAME-espgw-$side.log")"
     fill_template "$STRONGSWAN_TEMPLATES/strongswan-espgw.conf.in" "$WORK/$PATH_NAME-strongswan-$side.conf" \
-      "ESPGW_SOCKET=$ctl" "VICI_SOCKET=$sock" "LOG_FILE=$WORK/$PATH_NAME-charon-$side.log"
+      "ESPGW_SOCKET=$ctl" "VICI_SOCKET=$sock" "LOG_FILE=$WORK/$PATH_NAME-charon-$side.log" \
+      "REUSE_IKESA=$reuse_ikesa"
     fill_template "$STRONGSWAN_TEMPLATES/swanctl.conf.in" "$WORK/$PATH_NAME-swanctl-$side.conf" \
       "LOCAL_ADDR=$local_addr" "REMOTE_ADDR=$remote_addr" "LOCAL_TS=$local_ts" "REMOTE_TS=$remote_ts" \
       "LOCAL_ID=gw$side.s2s.test" "REMOTE_ID=gw$other.s2s.test" "PSK=$psk"
@@ -410,9 +424,16 @@ setup_espgw_charon() {
       >"$WORK/$PATH_NAME-swanctl-load-$side.log" 2>&1 ||
       path_fail "swanctl --load-all failed for gw${side^^}: $(first_error "$WORK/$PATH_NAME-swanctl-load-$side.log")"
   done
-  tracked "${SWANCTL[@]}" --initiate --uri "unix://$WORK/$PATH_NAME-charon-a.vici" --child net --timeout 20 \
-    >"$WORK/$PATH_NAME-swanctl-initiate.log" 2>&1 ||
-    path_fail "swanctl --initiate failed: $(first_error "$WORK/$PATH_NAME-swanctl-initiate.log")"
+  if ((members > 1)); then
+    # espgw brings the group up by itself once charon has the config (parallel-child).
+    wait_for 30 ecmp_members_at_least "$WORK/$PATH_NAME-espgw-a.ctl" "$members" ||
+      path_fail "espgw in gwA did not bring up $members CHILD_SAs of 'net': $(first_error "$WORK/$PATH_NAME-espgw-a.log")"
+    meta ecmp_members "$members"
+  else
+    tracked "${SWANCTL[@]}" --initiate --uri "unix://$WORK/$PATH_NAME-charon-a.vici" --child net --timeout 20 \
+      >"$WORK/$PATH_NAME-swanctl-initiate.log" 2>&1 ||
+      path_fail "swanctl --initiate failed: $(first_error "$WORK/$PATH_NAME-swanctl-initiate.log")"
+  fi
   # espgw installs the routes to the remote subnet itself, through espgw0 (proto 245).
   wait_for 5 sh -c "ip -n '$GWA' route show proto 245 | grep -q '10.2.0.0/16.*espgw0'" ||
     path_fail "espgw installed no route to 10.2.0.0/16 via espgw0 in gwA: $(ip -n "$GWA" route show table all | grep -v local)"
@@ -432,7 +453,14 @@ setup_espgw_charon() {
   meta plugin "$PLUGIN"
   meta espgwctl "$ESPGWCTL"
   meta espgw "$ESPGW"
-  meta description "espgw under strongSwan charon (espgw plugin), IKEv2 PSK, AES-128-GCM, ESP in UDP 4500 (encap = yes), workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+  meta description "espgw under strongSwan charon (espgw plugin), IKEv2 PSK, AES-128-GCM, ESP in UDP 4500 (encap = yes), $members CHILD_SA(s) in the ECMP group, workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+}
+
+ecmp_members_at_least() {  # ecmp_members_at_least CONTROL_SOCKET N: an SA group of >= N members
+  "$ESPGWCTL" --socket "$1" --json sas 2>/dev/null | "$PYTHON" -c '
+import json, sys
+groups = json.load(sys.stdin).get("groups", {})
+sys.exit(0 if any(len(g.get("members", [])) >= int(sys.argv[1]) for g in groups.values()) else 1)' "$2"
 }
 
 # After the measurements: what charon and espgw hold now (the SA byte and packet counters
@@ -536,9 +564,17 @@ run_iperf() {  # run_iperf NAME STREAMS [-R]: one iperf3 run, JSON and CPU use s
   if [[ $name == a_to_b_P4 ]]; then
     # Ping under load: from 1 s after the start until about 1 s before the end.
     sleep 1
+    local profiler=""
+    if [[ -n ${BENCH_PROFILE:-} ]]; then
+      perf record -a -g -F 499 -o "$PATH_RESULTS/perf.data" -- sleep $((BENCH_SECONDS - 3)) \
+        >"$PATH_RESULTS/perf-record.log" 2>&1 &
+      profiler=$!
+      track "$profiler"
+    fi
     local count=$(((BENCH_SECONDS - 2) * 5))
     ((count < 5)) && count=5
     tracked in_ns "$LANA" ping -c "$count" -i 0.2 -W 2 10.2.0.2 >"$PATH_RESULTS/ping-load.txt" 2>&1 || true
+    [[ -n $profiler ]] && { wait "$profiler" || true; }
   fi
   wait "$client_pid" || echo "iperf3 exit status $?" >>"$out.err"
   cpu_snapshot >>"$out.cpu"
@@ -569,7 +605,8 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
     plain) setup_plain ;;
     espgw) setup_espgw udp ;;
     espgw-raw) setup_espgw raw ;;
-    espgw-charon) setup_espgw_charon ;;
+    espgw-charon) setup_espgw_charon 1 ;;
+    espgw-charon-ecmp[0-9]*) setup_espgw_charon "${PATH_NAME#espgw-charon-ecmp}" ;;
     libipsec) setup_libipsec ;;
     wireguard-go) setup_wireguard ;;
     *) path_fail "unknown path '$PATH_NAME'" ;;
@@ -593,7 +630,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
   if [[ $PATH_NAME == libipsec ]]; then
     swan --list-sas --uri "unix://$WORK/charon-a.vici" >"$PATH_RESULTS/list-sas-after.txt" 2>&1 || true
   fi
-  [[ $PATH_NAME == espgw-charon ]] && collect_espgw_charon
+  [[ $PATH_NAME == espgw-charon* ]] && collect_espgw_charon
   return 0
 }
 
@@ -635,6 +672,20 @@ for PATH_NAME in "${PATHS[@]}"; do
 done
 
 mkdir -p "$(dirname "$BENCH_OUT")"
+if [[ -n ${BENCH_PROFILE:-} ]]; then
+  PROFILE_OUT=${BENCH_OUT%.json}-profile.txt
+  for PATH_NAME in "${PATHS[@]}"; do
+    data=$RESULTS/$PATH_NAME/perf.data
+    [[ -f $data ]] || continue
+    echo "=== $PATH_NAME: CPU samples by process (lanA→lanB -P4, whole machine, $(nproc) CPUs) ==="
+    perf report -i "$data" --no-children --sort comm -g none --stdio --percent-limit 1 2>/dev/null | grep '%' || true
+    echo "=== $PATH_NAME: hottest functions (process, object, symbol) ==="
+    perf report -i "$data" --no-children --sort comm,dso,sym -g none --stdio --percent-limit 0.7 2>/dev/null |
+      grep '%' | head -30 || true
+    echo
+  done >"$PROFILE_OUT"
+  log "profile: $PROFILE_OUT"
+fi
 ESPGW_BIN=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
 "$PYTHON" - "$RESULTS" "$BENCH_OUT" <<EOF
 import json, os, re, statistics, subprocess, sys, datetime, platform
@@ -876,14 +927,16 @@ def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 summary = {}
-# (path, key prefix): espgw with static SAs, and espgw managed by charon
+# (path, key prefix): espgw with static SAs, espgw managed by charon, and its ECMP paths
+MINE = [("espgw", "espgw"), ("espgw-charon", "espgw_charon")] + [
+    (p, p.replace("-", "_")) for p in paths if p.startswith("espgw-charon-ecmp")]
 RATIO_OTHERS = (("libipsec", "kernel_libipsec"), ("wireguard-go", "wireguard_go"), ("plain", "plain"))
-for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
-    for other, name in RATIO_OTHERS + ((("espgw", "espgw_static"),) if mine == "espgw-charon" else ()):
+for mine, prefix in MINE:
+    for other, name in RATIO_OTHERS + ((("espgw", "espgw_static"),) if mine.startswith("espgw-charon") else ()):
         summary[f"{prefix}_over_{name}"] = {t: ratio(gbit(mine, t), gbit(other, t)) for t in tests}
 lat = lambda p, k: (report["paths"].get(p, {}).get(k) or {}).get("median_ms")
 p_idle = lat("plain", "ping_idle")
-for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
+for mine, prefix in MINE:
     load = lat(mine, "ping_under_load")
     summary[f"{prefix}_added_latency_under_load_ms"] = round(load - p_idle, 3) if load is not None and p_idle is not None else None
 summary["targets"] = {
@@ -907,7 +960,7 @@ def fmt(v, spec="{:.2f}"):
 print()
 print(f"site-to-site, {report['date']}, {report['cpu_model']}, {report['cpus']} CPUs, kernel {report['kernel']}")
 print(f"iperf3 TCP -C {cc}, {seconds} s per run; Gbit/s at the receiver; ping median ms (load: during A→B -P4)")
-hdr = f"{'path':<13} {'A→B P1':>8} {'A→B P4':>8} {'B→A P1':>8} {'B→A P4':>8} {'idle ms':>8} {'load ms':>8} {'mtu':>5}  {'gw CPU% A/B (A→B P4)':<22} status"
+hdr = f"{'path':<18} {'A→B P1':>8} {'A→B P4':>8} {'B→A P1':>8} {'B→A P4':>8} {'idle ms':>8} {'load ms':>8} {'mtu':>5}  {'gw CPU% A/B (A→B P4)':<22} status"
 print(hdr)
 print("-" * len(hdr))
 for p in paths:
@@ -915,20 +968,20 @@ for p in paths:
     cpu = e.get("tests", {}).get("a_to_b_P4", {}).get("cpu", {}).get("gateways_pct_of_one_cpu", {})
     cpu_s = "/".join(fmt(cpu.get(g), "{:.0f}") for g in ("gwA", "gwB")) if cpu else "-"
     status = e["status"] + (": " + e["error"] if e.get("error") else "")
-    print(f"{p:<13} " + " ".join(f"{fmt(gbit(p, t)):>8}" for t in tests)
+    print(f"{p:<18} " + " ".join(f"{fmt(gbit(p, t)):>8}" for t in tests)
           + f" {fmt(lat(p, 'ping_idle'), '{:.3f}'):>8} {fmt(lat(p, 'ping_under_load'), '{:.3f}'):>8} {fmt(e.get('tunnel_mtu'), '{}'):>5}  {cpu_s:<22} {status}")
 print()
 def ratio_line(key, label):
-    print(f"{label:<31} " + "  ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A ')} {fmt(summary[key][t]):>5}" for t in tests))
-for mine, prefix in (("espgw", "espgw"), ("espgw-charon", "espgw_charon")):
+    print(f"{label:<37} " + "  ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A ')} {fmt(summary[key][t]):>5}" for t in tests))
+for mine, prefix in MINE:
     if mine not in paths:
         continue
     for key, label in ((f"{prefix}_over_kernel_libipsec", f"{mine} / kernel-libipsec"), (f"{prefix}_over_plain", f"{mine} / plain"),
                        (f"{prefix}_over_wireguard_go", f"{mine} / wireguard-go")):
         ratio_line(key, label)
-    if mine == "espgw-charon":
-        ratio_line("espgw_charon_over_espgw_static", "espgw-charon / espgw (static)")
-    print(f"{mine + ' added latency':<31} {fmt(summary[prefix + '_added_latency_under_load_ms'], '{:.3f}')} ms ({mine} ping under load − plain idle ping)")
+    if mine.startswith("espgw-charon"):
+        ratio_line(f"{prefix}_over_espgw_static", f"{mine} / espgw (static)")
+    print(f"{mine + ' added latency':<37} {fmt(summary[prefix + '_added_latency_under_load_ms'], '{:.3f}')} ms ({mine} ping under load − plain idle ping)")
 ec = report["paths"].get("espgw-charon")
 if ec and ec.get("charon_sas"):
     for side, sa in ec["charon_sas"].items():
