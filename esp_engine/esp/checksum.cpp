@@ -1,29 +1,54 @@
 #include "esp/checksum.h"
 
+#include <bit>
 #include <cstring>
 
 #include "util/byte_order.h"
 
 namespace espgw::esp {
 
+static_assert(std::endian::native == std::endian::little,
+              "checksum_add sums little-endian words and swaps the result once");
+
 uint32_t checksum_add(uint32_t sum, const uint8_t* data, size_t length) {
-  uint64_t wide = sum;
-  // 32 bits at a time into a 64-bit accumulator; the carries fold back in at the end.
+  // RFC 1071's one's-complement sum does not depend on byte order: summing the words as
+  // the CPU loads them (little-endian) and swapping the folded 16-bit result gives the
+  // big-endian sum, with no byte swap per word. Two 64-bit accumulators of 32-bit words
+  // keep the loop free of carries (each add leaves 32 bits of headroom) and let two
+  // additions run at once; it runs on every TCP segment cut from a TSO super-packet.
+  uint64_t a = 0;
+  uint64_t b = 0;
+  while (length >= 16) {
+    uint32_t words[4];
+    std::memcpy(words, data, sizeof words);
+    a += words[0];
+    b += words[1];
+    a += words[2];
+    b += words[3];
+    data += 16;
+    length -= 16;
+  }
   while (length >= 4) {
     uint32_t word;
     std::memcpy(&word, data, 4);
-    wide += __builtin_bswap32(word);
+    a += word;
     data += 4;
     length -= 4;
   }
   if (length >= 2) {
-    wide += load_be16(data);
+    uint16_t half;
+    std::memcpy(&half, data, 2);
+    b += half;
     data += 2;
     length -= 2;
   }
-  if (length) wide += uint32_t{data[0]} << 8;
+  if (length) b += data[0];  // the odd last byte is the high byte of a big-endian word
+  uint64_t wide = (a & 0xFFFFFFFF) + (a >> 32) + (b & 0xFFFFFFFF) + (b >> 32);
   while (wide >> 16) wide = (wide & 0xFFFF) + (wide >> 16);
-  return static_cast<uint32_t>(wide);
+  const uint64_t swapped = ((wide & 0xFF) << 8) | (wide >> 8);
+  uint64_t total = swapped + sum;
+  while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
+  return static_cast<uint32_t>(total);
 }
 
 uint16_t checksum_finish(uint32_t sum) {
