@@ -1,7 +1,8 @@
 // How fast espgw installs and removes SAs through its control socket, without IKE: the
 // requests the charon plugin sends for each CHILD_SA (get-spi, add-sa in and out,
 // add-policy out, in and fwd), one at a time and waiting for each answer as the plugin
-// does, against a running espgw. Then everything is deleted again the same way.
+// does, against a running espgw. Then the SAs are listed as espgwctl lists them
+// (streamed, one event each), and everything is deleted again the same way.
 // bench/scaling_bench.sh runs it (the "control" load) next to the end-to-end runs with
 // charon, so the two rates can be told apart: what espgw can take, and what charon
 // delivers.
@@ -146,6 +147,14 @@ int main(int argc, char** argv) {
     const uint64_t sas = stats.number("sas").value_or(0);
     const long rss_installed = rss_kib(pid);
 
+    // espgwctl's listing at this size: one list-sa event per SA ahead of the answer.
+    client.subscribe("list-sa");
+    uint64_t listed = 0;
+    const auto list_start = Clock::now();
+    client.request("list-sas", {}, [&](const espgw::vici::Packet&) { ++listed; });
+    const double list_seconds = seconds_since(list_start);
+    client.unsubscribe("list-sa");
+
     const auto remove_start = Clock::now();
     for (uint32_t i = 0; i < children; ++i) {
       for (const char* direction : kDirections)
@@ -163,12 +172,14 @@ int main(int argc, char** argv) {
         "%llu, \"requests_per_child_sa\": 6, \"install_seconds\": %.3f, "
         "\"install_rate_sas_per_second\": %.1f, \"remove_seconds\": %.3f, "
         "\"remove_rate_sas_per_second\": %.1f, \"rss_kib_before\": %ld, \"rss_kib_installed\": "
-        "%ld, \"rss_kib_after_removal\": %ld, \"bytes_per_sa\": %.1f}\n",
+        "%ld, \"rss_kib_after_removal\": %ld, \"bytes_per_sa\": %.1f, \"listed_sas\": %llu, "
+        "\"list_seconds\": %.3f}\n",
         children, static_cast<unsigned long long>(sas), static_cast<unsigned long long>(left),
         install_seconds, total / install_seconds, remove_seconds, total / remove_seconds,
         rss_before, rss_installed, rss_after,
-        rss_before >= 0 ? (rss_installed - rss_before) * 1024.0 / total : -1.0);
-    return sas == total && left == 0 ? 0 : 1;
+        rss_before >= 0 ? (rss_installed - rss_before) * 1024.0 / total : -1.0,
+        static_cast<unsigned long long>(listed), list_seconds);
+    return sas == total && listed == sas && left == 0 ? 0 : 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "control_install_bench: %s\n", error.what());
     return 1;
