@@ -52,7 +52,10 @@
 #                           BUILD/vici_bridge/espgwctl (built if absent in build/s2sbench)
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
 #                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
-#   ESPGW_WORKERS=0 ESPGW_TUN_QUEUES=1   espgw.conf settings (0 workers: one per CPU)
+#   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: the CPUs divided
+#                           among the two gateways that share them here (1 on 2 vCPUs);
+#                           0: one per CPU for each gateway, as espgw does by default
+#                           on a machine of its own
 #   ESPGW_EXTRA_CONF="key = value"       more espgw.conf lines (e.g. socket-buffer, pool-packets)
 #
 # Namespaces are named per run (s2s<PID>-<n>-...); everything this script starts is
@@ -67,7 +70,16 @@ BENCH_CC=${BENCH_CC:-cubic}
 BENCH_PING_COUNT=${BENCH_PING_COUNT:-20}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/site_to_site.json}
 BENCH_PLOT=${BENCH_PLOT-$ROOT/docs/img/site_to_site.png}
-ESPGW_WORKERS=${ESPGW_WORKERS:-0}
+ESPGW_WORKERS=${ESPGW_WORKERS:-auto}
+# Both gateways, both iperf3 ends and the kernel's forwarding share this machine's CPUs.
+# espgw's default (a worker per CPU) is meant for a gateway with a machine of its own;
+# here two of them would each run a worker per CPU and hand packets between more threads
+# than there are CPUs. Measured on 2 vCPUs (docs/performance.md): one worker each gave
+# more throughput, lower latency and less CPU than two each.
+if [[ $ESPGW_WORKERS == auto ]]; then
+  ESPGW_WORKERS=$(($(nproc) / 2))
+  ((ESPGW_WORKERS >= 1)) || ESPGW_WORKERS=1
+fi
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
 ESPGW=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
 # The plugin and espgwctl come from the same build tree as ESPGW unless given.
