@@ -1,9 +1,10 @@
 // The gateway's incremental control path (what the charon plugin drives): SAs and
 // policies added and removed one at a time, ECMP slots handed over at rekeys, routes
-// counted per policy, and the static file's SAs left alone. A real Gateway runs: TUN
-// device, raw ESP socket, rtnetlink, pipeline workers, inside a private network
-// namespace the test process makes for itself (needs root; skipped with the reason
-// otherwise). Routes are read back from /proc/net/route, not through espgw's netlink code.
+// counted per policy, and the static file's SAs left alone; then the same through the
+// control socket (VICI): shared policies, a charon restart, and streamed listings. A real Gateway
+// runs: TUN device, raw ESP socket, rtnetlink, pipeline workers, inside a private network namespace
+// the test process makes for itself (needs root; skipped with the reason otherwise). Routes are
+// read back from /proc/net/route, not through espgw's netlink code.
 #include <sched.h>
 #include <unistd.h>
 
@@ -15,8 +16,10 @@
 #include <sstream>
 #include <string>
 
+#include "daemon/control_service.h"
 #include "daemon/gateway.h"
 #include "gtest/gtest.h"
+#include "vici_bridge/vici_client.h"
 #include "xfrm/netlink.h"
 
 namespace espgw::daemon {
@@ -223,6 +226,128 @@ TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
   EXPECT_EQ(gateway->status().sas.size(), 1u);
   gateway.reset();
   unlink(path.c_str());
+}
+
+// The same path as the charon plugin drives it: VICI commands on the control socket.
+class ControlSocketTest : public GatewayDynamicTest {
+ protected:
+  void SetUp() override {
+    GatewayDynamicTest::SetUp();
+    if (IsSkipped()) return;
+    path_ = "/tmp/espgw_gateway_dynamic_test." + std::to_string(getpid()) + ".ctl";
+    control_ = std::make_unique<ControlService>(*gateway_, path_);
+    control_->start();
+    client_ = std::make_unique<vici::Client>(path_);
+    vici::Message hello;
+    hello.set("charon-instance", "test");
+    ASSERT_EQ(client_->request("hello", hello).boolean("success"), true);
+  }
+  void TearDown() override {
+    client_.reset();
+    control_.reset();
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+
+  bool command(const char* name, const vici::Message& request) {
+    return client_->request(name, request).boolean("success") == true;
+  }
+  static vici::Message add_sa(uint32_t spi, bool inbound, uint32_t reqid) {
+    vici::Message m;
+    m.set("spi", uint64_t{spi});
+    m.set("src", inbound ? "127.0.0.2" : "127.0.0.1");
+    m.set("dst", inbound ? "127.0.0.1" : "127.0.0.2");
+    m.set("reqid", reqid);
+    m.set_bool("inbound", inbound);
+    m.set("algorithm", "aes-gcm-128");
+    m.set("key", std::string(20, static_cast<char>(spi)));
+    m.set_bool("esn", false);
+    m.set("replay-window", 32);
+    m.set_bool("encap", false);
+    m.set_list("src-ts", {inbound ? "10.2.0.0/16" : "10.1.0.0/16"});
+    m.set_list("dst-ts", {inbound ? "10.1.0.0/16" : "10.2.0.0/16"});
+    return m;
+  }
+  static vici::Message out_policy(bool with_action, uint32_t reqid = 1) {
+    vici::Message m;
+    m.set("dir", "out");
+    m.set("src-net", "10.1.0.0/16");
+    m.set("src-proto", 0);
+    m.set("src-port-from", 0);
+    m.set("src-port-to", 65535);
+    m.set("dst-net", "10.2.0.0/16");
+    m.set("dst-proto", 0);
+    m.set("dst-port-from", 0);
+    m.set("dst-port-to", 65535);
+    if (with_action) {
+      m.set("action", "protect");
+      m.set("priority-class", "default");
+      m.set("manual-priority", 0);
+      m.set("reqid", reqid);
+    }
+    return m;
+  }
+
+  std::string path_;
+  std::unique_ptr<ControlService> control_;
+  std::unique_ptr<vici::Client> client_;
+};
+
+TEST_F(ControlSocketTest, ListingsStreamToRegisteredClientsAndFitInTheAnswerOtherwise) {
+  for (uint32_t i = 0; i < 50; ++i) {
+    ASSERT_TRUE(command("add-sa", add_sa(0xc0000100 + i, true, i + 1)));
+    ASSERT_TRUE(command("add-sa", add_sa(0x100 + i, false, i + 1)));
+  }
+  // Not registered: every SA in the answer, as before streaming existed.
+  const auto whole = client_->request("list-sas");
+  ASSERT_NE(whole.section("sas"), nullptr);
+  EXPECT_EQ(whole.section("sas")->entries().size(), 100u);
+  EXPECT_EQ(whole.number("streamed"), 0u);
+  ASSERT_NE(whole.section("groups"), nullptr);
+  EXPECT_EQ(whole.section("groups")->entries().size(), 50u);
+
+  // Registered: one list-sa event per SA, each naming it, and an answer without them.
+  client_->subscribe("list-sa");
+  std::set<std::string> streamed;
+  const auto answer = client_->request("list-sas", {}, [&](const vici::Packet& event) {
+    EXPECT_EQ(event.name, "list-sa");
+    for (const auto& entry : event.message.entries()) streamed.insert(entry.name);
+  });
+  EXPECT_EQ(streamed.size(), 100u);
+  EXPECT_EQ(streamed.count("0xc0000107/127.0.0.1"), 1u);
+  EXPECT_EQ(answer.number("streamed"), 100u);
+  EXPECT_EQ(answer.section("sas"), nullptr);
+  EXPECT_EQ(answer.section("groups")->entries().size(), 50u);
+}
+
+TEST_F(ControlSocketTest, SharedPolicyKeepsItsRouteUntilItsLastUserGoes) {
+  // Two CHILD_SAs with the same selectors share one policy (charon adds it twice).
+  ASSERT_TRUE(command("add-policy", out_policy(true, 1)));
+  ASSERT_TRUE(command("add-policy", out_policy(true, 2)));  // the newest reqid wins
+  auto status = gateway_->status();
+  ASSERT_EQ(status.policies.size(), 1u);
+  EXPECT_EQ(status.policies[0].reqid, 2u);
+  EXPECT_EQ(kernel_routes("espgwdyn0"), (std::set<std::string>{"0000020A/0000FFFF"}));
+  ASSERT_TRUE(command("del-policy", out_policy(false)));
+  EXPECT_EQ(gateway_->status().policies.size(), 1u);
+  EXPECT_EQ(kernel_routes("espgwdyn0").size(), 1u);
+  ASSERT_TRUE(command("del-policy", out_policy(false)));
+  EXPECT_TRUE(gateway_->status().policies.empty());
+  EXPECT_TRUE(kernel_routes("espgwdyn0").empty());
+  EXPECT_FALSE(command("del-policy", out_policy(false)));  // "not found"
+}
+
+TEST_F(ControlSocketTest, ANewCharonInstanceTakesTheOldOnesStateAway) {
+  ASSERT_TRUE(command("add-sa", add_sa(0xc0000200, true, 1)));
+  ASSERT_TRUE(command("add-policy", out_policy(true)));
+  ASSERT_EQ(gateway_->status().sas.size(), 1u);
+  vici::Message hello;
+  hello.set("charon-instance", "restarted");
+  ASSERT_TRUE(command("hello", hello));
+  const auto status = gateway_->status();
+  EXPECT_TRUE(status.sas.empty());
+  EXPECT_TRUE(status.policies.empty());
+  EXPECT_TRUE(kernel_routes("espgwdyn0").empty());
+  EXPECT_FALSE(gateway_->spi_in_use(0xc0000200));
 }
 
 }  // namespace
