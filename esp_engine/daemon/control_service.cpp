@@ -311,6 +311,27 @@ void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destinat
         spi_text(spi).c_str(), hard ? "hard" : "soft");
 }
 
+template <typename Items, typename Describe>
+void ControlService::stream_or_answer(ConnectionId to, const char* event_name,
+                                      const char* section_name, const Items& items,
+                                      const Describe& describe, Message& response) {
+  // A client registered for the event gets one event per item ahead of the response, as
+  // charon's list-sas does: thousands of SAs would not fit in one message (512 KiB).
+  // Others get them all in the response's section.
+  size_t streamed = 0;
+  for (const auto& item : items) {
+    Message event;
+    describe(event, item);
+    if (!server_.publish_to(to, event_name, event)) break;
+    ++streamed;
+  }
+  if (streamed == 0) {
+    auto& section = response.add_section(section_name);
+    for (const auto& item : items) describe(section, item);
+  }
+  response.set("streamed", static_cast<uint64_t>(streamed));
+}
+
 vici::Message ControlService::list_sas(ConnectionId from) {
   const GatewayStatus status = gateway_.status();
   Message response = success();
@@ -339,21 +360,7 @@ vici::Message ControlService::list_sas(ConnectionId from) {
     }
     add_counters(section, "drops", sa.drops);
   };
-  // A client registered for list-sa gets one event per SA ahead of the response, as
-  // charon's list-sas does: thousands of SAs would not fit in one message (512 KiB).
-  // Others get them all in the response's "sas" section.
-  size_t streamed = 0;
-  for (const auto& sa : status.sas) {
-    Message event;
-    describe(event, sa);
-    if (!server_.publish_to(from, "list-sa", event)) break;
-    ++streamed;
-  }
-  if (streamed == 0) {
-    auto& sas = response.add_section("sas");
-    for (const auto& sa : status.sas) describe(sas, sa);
-  }
-  response.set("streamed", static_cast<uint64_t>(streamed));
+  stream_or_answer(from, "list-sa", "sas", status.sas, describe, response);
   auto& groups = response.add_section("groups");
   for (const auto& group : status.groups) {
     std::vector<std::string> members;
@@ -380,18 +387,7 @@ vici::Message ControlService::list_policies(ConnectionId from) {
     section.set("action", xfrm::action_name(policy.action));
     section.set("reqid", policy.reqid);
   };
-  size_t streamed = 0;  // as list-sas: one list-policy event each for registered clients
-  for (const auto& policy : status.policies) {
-    Message event;
-    describe(event, policy);
-    if (!server_.publish_to(from, "list-policy", event)) break;
-    ++streamed;
-  }
-  if (streamed == 0) {
-    auto& policies = response.add_section("policies");
-    for (const auto& policy : status.policies) describe(policies, policy);
-  }
-  response.set("streamed", static_cast<uint64_t>(streamed));
+  stream_or_answer(from, "list-policy", "policies", status.policies, describe, response);
   return response;
 }
 

@@ -52,6 +52,11 @@ class ControlService {
   // Streamed as list-sa / list-policy events to a client registered for them.
   Message list_sas(ConnectionId from);
   Message list_policies(ConnectionId from);
+  // Each of `items` (put into a section by `describe`) as an `event_name` event to `to`
+  // if it registered for that event, else all of them in `response`'s `section_name`.
+  template <typename Items, typename Describe>
+  void stream_or_answer(ConnectionId to, const char* event_name, const char* section_name,
+                        const Items& items, const Describe& describe, Message& response);
   Message stats();
 
   void publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,

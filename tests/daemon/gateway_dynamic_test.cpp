@@ -91,17 +91,22 @@ const GroupStatus* find_group(const GatewayStatus& status, uint32_t reqid) {
   return nullptr;
 }
 
+// A small gateway on loopback: one worker, a small pool, warnings only.
+GatewayConfig test_config(const char* tun_name) {
+  GatewayConfig config;
+  config.tun_name = tun_name;
+  config.local_address = address("127.0.0.1");
+  config.workers = 1;
+  config.pool_packets = 256;
+  config.log_level = LogLevel::warn;
+  return config;
+}
+
 class GatewayDynamicTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!g_skip_reason.empty()) GTEST_SKIP() << g_skip_reason;
-    GatewayConfig config;
-    config.tun_name = "espgwdyn0";
-    config.local_address = address("127.0.0.1");
-    config.workers = 1;
-    config.pool_packets = 256;
-    config.log_level = LogLevel::warn;
-    gateway_ = std::make_unique<Gateway>(config);
+    gateway_ = std::make_unique<Gateway>(test_config("espgwdyn0"));
   }
 
   std::unique_ptr<Gateway> gateway_;
@@ -204,12 +209,7 @@ TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
             "src 127.0.0.1 dst 127.0.0.2 reqid 7\n"
             "policy out local 10.1.0.0/16 remote 10.9.0.0/16 action protect reqid 7\n";
   }
-  GatewayConfig config;
-  config.tun_name = "espgwdyn1";
-  config.local_address = address("127.0.0.1");
-  config.workers = 1;
-  config.pool_packets = 256;
-  config.log_level = LogLevel::warn;
+  GatewayConfig config = test_config("espgwdyn1");
   config.static_sa_file = path;
   auto gateway = std::make_unique<Gateway>(config);
   ASSERT_TRUE(gateway->add_dynamic_sa(sa(xfrm::Direction::out, 0x601, 8, 1)));
