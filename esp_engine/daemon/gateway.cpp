@@ -260,7 +260,8 @@ std::shared_ptr<pipeline::SaGroup> Gateway::group_locked(uint32_t reqid) {
   if (auto found = current->groups.find(reqid); found != current->groups.end())
     return found->second;
   auto next = std::make_shared<Forwarding>(*current);  // shares the SPD
-  auto group = std::make_shared<pipeline::SaGroup>();
+  // The members share one SA's in-flight bound: an ECMP group queues no more than one SA.
+  auto group = std::make_shared<pipeline::SaGroup>(pipeline_->config().max_in_flight_per_sa);
   next->groups.emplace(reqid, group);
   forwarding_.store(std::move(next));
   return group;

@@ -14,6 +14,12 @@ OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink
       // never given up on.
       release_(max_in_flight, /*hold_ns=*/0, first_sequence_) {}
 
+void OutboundChannel::share_budget(std::shared_ptr<InFlightBudget> budget) {
+  if (budget_) return;  // already in a group
+  budget_ = std::move(budget);
+  release_.also_count_delivered(&budget_->in_flight);
+}
+
 size_t OutboundChannel::in_flight() const {
   // delivered() is read first: the SA's counter only grows, so this never underflows.
   const uint64_t delivered = release_.delivered();

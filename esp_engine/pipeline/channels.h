@@ -9,6 +9,7 @@
 
 #include "esp/security_association.h"
 #include "pipeline/ordered_release.h"
+#include "pipeline/sa_group.h"
 
 namespace espgw::pipeline {
 
@@ -25,10 +26,15 @@ class OutboundChannel {
     return first_sequence_ + release_.delivered() + max_in_flight_ - 1;
   }
   OrderedRelease& release() { return release_; }
+  // Makes the channel count its packets in flight against `budget` too (its SA group's,
+  // sa_group.h). Call before the channel carries packets, and at most once.
+  void share_budget(std::shared_ptr<InFlightBudget> budget);
+  InFlightBudget* budget() const { return budget_.get(); }
 
  private:
   friend class Pipeline;
   std::shared_ptr<esp::OutboundSa> sa_;
+  std::shared_ptr<InFlightBudget> budget_;
   PacketSink& sink_;
   const size_t max_in_flight_;
   // Packets are released by sequence number, which the SA hands out in order under its

@@ -48,6 +48,8 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
       sink.deliver(delivering_);
       for (Packet* p : delivering_) pool.release(p);
       delivered_.fetch_add(delivering_.size(), std::memory_order_release);
+      if (shared_in_flight_)
+        shared_in_flight_->fetch_sub(delivering_.size(), std::memory_order_relaxed);
       delivering_.clear();
     }
     draining_.store(false, std::memory_order_seq_cst);

@@ -55,6 +55,9 @@ class OrderedRelease {
   size_t held() const;
   // Packets delivered so far (the in-flight accounting of outbound channels uses it).
   uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
+  // Each delivered packet also decrements `in_flight` (an SA group's shared count). Set
+  // before the first packet is staged.
+  void also_count_delivered(std::atomic<uint64_t>* in_flight) { shared_in_flight_ = in_flight; }
 
  private:
   bool workers_busy() const {
@@ -68,6 +71,7 @@ class OrderedRelease {
   std::atomic<bool> draining_{false};
   std::vector<Packet*> delivering_;  // owned by the thread holding `draining_`
   std::atomic<uint64_t> delivered_{0};
+  std::atomic<uint64_t>* shared_in_flight_ = nullptr;
 };
 
 }  // namespace espgw::pipeline

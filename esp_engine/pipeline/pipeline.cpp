@@ -164,12 +164,21 @@ void Pipeline::wake_one_worker() {
 esp::DropReason Pipeline::submit_outbound(std::shared_ptr<OutboundChannel> channel, Packet* packet,
                                           esp::OuterHeaders outer) {
   OutboundChannel& c = *channel;
+  InFlightBudget* budget = c.budget();
+  if (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit) {
+    // The SA's group has its bound in flight: the same drop as the SA's own bound.
+    c.sa().counters().count(esp::DropReason::queue_full);
+    pool_.release(packet);
+    return esp::DropReason::queue_full;
+  }
   const esp::DropReason reason =
       esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, c.sequence_limit());
   if (reason != esp::DropReason::none) {
     pool_.release(packet);  // counted on the SA by encap_prepare
     return reason;
   }
+  // Before the packet can reach a worker, whose delivery takes it off again.
+  if (budget) budget->in_flight.fetch_add(1, std::memory_order_relaxed);
   packet->direction = Direction::outbound;
   packet->outer = outer;
   packet->outbound = std::move(channel);

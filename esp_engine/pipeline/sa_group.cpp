@@ -7,6 +7,8 @@ namespace espgw::pipeline {
 
 void SaGroup::set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> channel) {
   std::lock_guard guard(writer_);
+  // Before the channel is published: packets reach it only through the member list.
+  if (channel && budget_) channel->share_budget(budget_);
   auto next = std::make_shared<Members>(*members_.load());
   for (auto& member : *next) {
     if (member.key == member_key) {

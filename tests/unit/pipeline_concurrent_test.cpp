@@ -381,6 +381,58 @@ TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
   }
 }
 
+TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 256;
+  config.max_in_flight_per_sa = 64;
+  config.submitter_assist_threshold = 0;  // the test thread must not run the held crypto
+  std::atomic<bool> open{false};
+  // Workers wait before crypto until the test opens the gate: everything accepted stays
+  // in flight meanwhile.
+  config.before_crypto = [&](unsigned) {
+    while (!open.load()) std::this_thread::yield();
+  };
+  RecordingSink sink_a(false), sink_b(false);
+  {
+    Pipeline pipeline(config);
+    auto make = [&](uint32_t spi, RecordingSink& sink) {
+      return pipeline.make_outbound(
+          std::make_shared<esp::OutboundSa>(
+              test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, spi),
+              crypto::ipsec_mb_backend()),
+          sink);
+    };
+    auto a = make(0x501, sink_a);
+    auto b = make(0x502, sink_b);
+    SaGroup group(config.max_in_flight_per_sa);
+    group.set_member(1, a);
+    group.set_member(2, b);
+    auto submit = [&](uint32_t i) {
+      Packet* p = acquire_blocking(pipeline);
+      EXPECT_TRUE(p->buffer.assign(tagged_packet(0, i)));
+      return pipeline.submit_outbound(i % 2 ? a : b, p, esp::OuterHeaders::omit);
+    };
+    size_t accepted = 0;
+    for (uint32_t i = 0; i < 200; ++i)
+      if (submit(i) == esp::DropReason::none) ++accepted;
+    // Alone, each SA would have taken 64; together they take 64.
+    EXPECT_EQ(accepted, 64u);
+    const uint64_t refused = a->sa().counters().drops(esp::DropReason::queue_full) +
+                             b->sa().counters().drops(esp::DropReason::queue_full);
+    EXPECT_EQ(refused, 136u);
+    EXPECT_EQ(a->budget()->in_flight.load(), 64u);
+
+    open.store(true);
+    ASSERT_TRUE(
+        wait_for([&] { return sink_a.count() + sink_b.count() == 64; }, std::chrono::seconds(10)));
+    EXPECT_EQ(a->budget()->in_flight.load(), 0u);  // every delivery gave its place back
+    for (uint32_t i = 200; i < 210; ++i) EXPECT_EQ(submit(i), esp::DropReason::none);
+    pipeline.wait_idle();
+  }
+  EXPECT_EQ(sink_a.count() + sink_b.count(), 74u);
+}
+
 TEST(PipelineConcurrent, RemovingAnSaWhilePacketsAreInFlightLosesNothingUncounted) {
   PipelineConfig config;
   config.workers = 2;
