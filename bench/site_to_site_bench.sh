@@ -652,6 +652,10 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
 for tool in iperf3 ping ip unshare nsenter swanctl wg wireguard-go "$CHARON" "$PYTHON"; do
   command -v "$tool" >/dev/null || { log "missing $tool: run tools/install-deps.sh"; exit 1; }
 done
+if [[ -n ${BENCH_PROFILE:-} ]] && ! command -v perf >/dev/null; then
+  log "BENCH_PROFILE needs perf: run tools/install-deps.sh"
+  exit 1
+fi
 read -r -a PATHS <<<"$BENCH_PATHS"
 log "paths: ${PATHS[*]}; iperf3 ${BENCH_SECONDS} s per run, -C $BENCH_CC; work dir $WORK"
 

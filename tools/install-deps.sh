@@ -15,6 +15,7 @@ packages=(
   strongswan-charon strongswan-swanctl libcharon-extra-plugins
   libstrongswan-standard-plugins
   wireguard-go wireguard-tools                    # site-to-site benchmark baseline
+  linux-perf                                      # BENCH_PROFILE=1: where the CPU goes
 )
 
 missing=()
