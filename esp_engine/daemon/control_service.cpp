@@ -127,13 +127,12 @@ vici::Message ControlService::hello(const Message& request) {
 }
 
 void ControlService::forget_charon_state_locked(const char* why) {
-  if (sas_.empty() && policies_.empty()) return;
-  log(LogLevel::warn, "%s: removing %zu stale SAs and %zu policies it had installed", why,
-      sas_.size(), policies_.size());
-  sas_.clear();
   policies_.clear();
-  gateway_.clear_dynamic_sas();
-  gateway_.clear_dynamic_policies();
+  const size_t sas = gateway_.clear_dynamic_sas();
+  const size_t policies = gateway_.clear_dynamic_policies();
+  if (sas || policies)
+    log(LogLevel::warn, "%s: removed %zu stale SAs and %zu policies it had installed", why, sas,
+        policies);
 }
 
 vici::Message ControlService::get_spi(const Message&) {
@@ -163,14 +162,10 @@ vici::Message ControlService::add_sa(const Message& request) {
   auto& window = entry.config.replay_window;
   if (window != 0) window = std::max(window, gateway_.config().min_replay_window);
   std::lock_guard lock(mutex_);
-  const SaId key = xfrm::sa_id_of(entry);
   reserved_spis_.erase(entry.config.spi);
-  if (entry.direction == xfrm::Direction::in && !sas_.count(key) &&
-      gateway_.spi_in_use(entry.config.spi))
-    return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
+  // Refused for an inbound SPI another SA holds, or the (SPI, destination) of a static SA.
   if (!gateway_.add_dynamic_sa(entry))
     return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
-  sas_.insert(key);
   return success();
 }
 
@@ -197,15 +192,11 @@ vici::Message ControlService::del_sa(const Message& request) {
   auto parsed = sa_id_from(request);
   if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
   const auto& id = std::get<SaId>(parsed);
-  std::lock_guard lock(mutex_);
-  if (!sas_.erase(id)) return failure("not found");
-  gateway_.remove_dynamic_sa(id.spi, id.destination);
+  if (!gateway_.remove_dynamic_sa(id.spi, id.destination)) return failure("not found");
   return success();
 }
 
 vici::Message ControlService::flush_sas() {
-  std::lock_guard lock(mutex_);
-  sas_.clear();
   gateway_.clear_dynamic_sas();
   return success();
 }
@@ -298,11 +289,7 @@ void ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddr
 }
 
 void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!sas_.count(SaId{spi, destination})) return;  // a static SA: nobody to rekey it
-  }
-  Message event;
+  Message event;  // the gateway reports charon's SAs only: static ones are never rekeyed
   event.set("spi", spi);
   event.set("dst", destination.to_string());
   event.set_bool("hard", hard);
@@ -335,12 +322,11 @@ void ControlService::stream_or_answer(ConnectionId to, const char* event_name,
 vici::Message ControlService::list_sas(ConnectionId from) {
   const GatewayStatus status = gateway_.status();
   Message response = success();
-  std::lock_guard lock(mutex_);
-  auto describe = [&](vici::Section& parent, const SaStatus& sa) {
+  auto describe = [](vici::Section& parent, const SaStatus& sa) {
     auto& section = parent.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
     section.set("spi", spi_text(sa.spi));
     section.set("direction", xfrm::direction_name(sa.direction));
-    section.set("origin", sas_.count(SaId{sa.spi, sa.destination}) ? "charon" : "static");
+    section.set("origin", sa.from_charon ? "charon" : "static");
     section.set("src", sa.source.to_string());
     section.set("dst", sa.destination.to_string());
     section.set("algorithm", sa.algorithm);
@@ -402,7 +388,7 @@ vici::Message ControlService::stats() {
     response.set_bool("charon-attached", !charon_instance_.empty());
     // Counts for scripts at scale, where list-sas gets long.
     response.set("sas", static_cast<uint64_t>(status.sa_count));
-    response.set("charon-sas", static_cast<uint64_t>(sas_.size()));
+    response.set("charon-sas", static_cast<uint64_t>(status.charon_sa_count));
   }
   add_counters(response, "gateway-drops", status.gateway_drops);
   add_counters(response, "engine-drops", status.engine_drops);

@@ -1,15 +1,14 @@
 // espgw's control socket: the VICI commands of the charon plugin (SAs, policies, IKE
 // packets; vici_bridge/charon_plugin) and of espgwctl (status), on one root-only unix
-// socket. It keeps track of charon's SAs and policies (policies with charon's reference
-// counts) and hands the gateway each change on its own. docs/strongswan.md lists the
-// commands and events.
+// socket. It hands the gateway each of charon's changes on its own (the gateway knows
+// which SAs and policies are charon's) and keeps charon's reference counts of policies.
+// docs/strongswan.md lists the commands and events.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <set>
 #include <span>
 #include <string>
 
@@ -70,7 +69,6 @@ class ControlService {
 
   std::mutex mutex_;  // the state below; handlers run on the server thread, expiry elsewhere
   std::string charon_instance_;
-  std::set<xfrm::SaId> sas_;  // charon's SAs
   struct PolicyEntry {
     xfrm::Policy policy;
     unsigned references = 0;

@@ -501,6 +501,12 @@ bool Gateway::reload() {
 
 bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
   std::lock_guard lock(control_mutex_);
+  const xfrm::SaId key = xfrm::sa_id_of(entry);
+  auto is_static = [&](const auto& entries) {
+    const auto found = entries.find(key);
+    return found != entries.end() && !found->second->from_charon;
+  };
+  if (is_static(outbound_) || is_static(inbound_)) return false;  // the static file's
   const bool installed = install_sa_locked(entry, true);
   update_tunnel_mtu_locked();
   return installed;
@@ -508,9 +514,15 @@ bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
 
 bool Gateway::remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination) {
   std::lock_guard lock(control_mutex_);
-  const bool removed = remove_sa_locked({spi, destination});
+  const xfrm::SaId key{spi, destination};
+  auto from_charon = [&](const auto& entries) {
+    const auto found = entries.find(key);
+    return found != entries.end() && found->second->from_charon;
+  };
+  if (!from_charon(outbound_) && !from_charon(inbound_)) return false;
+  remove_sa_locked(key);
   update_tunnel_mtu_locked();
-  return removed;
+  return true;
 }
 
 void Gateway::add_dynamic_policy(const xfrm::Policy& policy) {
@@ -523,7 +535,7 @@ bool Gateway::remove_dynamic_policy(uint32_t id) {
   return remove_policy_locked(id);
 }
 
-void Gateway::clear_dynamic_sas() {
+size_t Gateway::clear_dynamic_sas() {
   std::lock_guard lock(control_mutex_);
   std::vector<xfrm::SaId> keys;
   for (const auto& [key, entry] : outbound_)
@@ -532,14 +544,16 @@ void Gateway::clear_dynamic_sas() {
     if (entry->from_charon) keys.push_back(key);
   for (const auto& key : keys) remove_sa_locked(key);
   update_tunnel_mtu_locked();
+  return keys.size();
 }
 
-void Gateway::clear_dynamic_policies() {
+size_t Gateway::clear_dynamic_policies() {
   std::lock_guard lock(control_mutex_);
   std::vector<uint32_t> ids;
   for (const auto& [id, installed] : policies_)
     if (installed.from_charon) ids.push_back(id);
   for (const uint32_t id : ids) remove_policy_locked(id);
+  return ids.size();
 }
 
 void Gateway::start() {
@@ -708,8 +722,10 @@ void Gateway::enforce_lifetimes() {
   std::vector<Expiry> expiries;
   std::unique_lock lock(control_mutex_);
   const auto now = std::chrono::steady_clock::now();
-  auto check = [&](const char* direction, const xfrm::SadEntry& entry, LifetimeTracking& tracking,
-                   const esp::SaCounters& counters, auto&& take_out_of_service) {
+  auto check = [&](const char* direction, auto& installed, auto&& take_out_of_service) {
+    const xfrm::SadEntry& entry = installed.entry;
+    LifetimeTracking& tracking = installed.lifetime;
+    const esp::SaCounters& counters = installed.sa->counters();
     const uint64_t packets = counters.packets();
     if (packets != tracking.packets_seen) {
       tracking.packets_seen = packets;
@@ -720,8 +736,10 @@ void Gateway::enforce_lifetimes() {
     const auto state = xfrm::check(entry.lifetimes, counters.bytes(), packets, seconds);
     if (state <= tracking.reported) return;
     tracking.reported = state;
-    expiries.push_back(
-        {entry.config.spi, entry.config.tunnel_destination, state == xfrm::LifetimeState::hard});
+    // charon rekeys its own SAs; a static SA's expiry is only logged.
+    if (installed.from_charon)
+      expiries.push_back(
+          {entry.config.spi, entry.config.tunnel_destination, state == xfrm::LifetimeState::hard});
     const bool hard = state == xfrm::LifetimeState::hard;
     log(LogLevel::warn,
         "SA %s spi 0x%08x: %s lifetime reached (%llu bytes, %llu packets, %llu s); %s", direction,
@@ -732,15 +750,14 @@ void Gateway::enforce_lifetimes() {
   };
   const auto forwarding = forwarding_.load();
   for (auto& [key, e] : outbound_) {
-    check("out", e->entry, e->lifetime, e->sa->counters(), [&, &entry = e] {
+    check("out", *e, [&, &entry = e] {
       if (auto group = forwarding->groups.find(entry->entry.reqid);
           group != forwarding->groups.end())
         group->second->remove_member(group_slot(entry->entry), entry->channel.get());
     });
   }
   for (auto& [key, e] : inbound_) {
-    check("in", e->entry, e->lifetime, e->sa->counters(),
-          [&, &entry = e] { pipeline_->remove_inbound(entry->entry.config.spi); });
+    check("in", *e, [&, &entry = e] { pipeline_->remove_inbound(entry->entry.config.spi); });
   }
   lock.unlock();
   // Without the lock: the handler tells charon, which answers with calls that take it.

@@ -71,15 +71,18 @@ class Gateway {
   // goes, so installing n SAs costs about O(n log n) rather than O(n^2). The static
   // file's SAs and policies are not affected. Thread-safe, like everything below.
   //
-  // Installs an SA, or replaces the one with its (SPI, destination) when the entry
-  // differs (an identical one keeps its state). False if an inbound SA's SPI is taken.
+  // Installs an SA, or replaces charon's SA with its (SPI, destination) when the entry
+  // differs (an identical one keeps its state). False if an inbound SA's SPI is taken or
+  // a static SA has that (SPI, destination).
   bool add_dynamic_sa(const xfrm::SadEntry& entry);
+  // False unless charon's SA with that (SPI, destination) was there.
   bool remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination);
   // Installs a policy, or replaces the one with its id.
   void add_dynamic_policy(const xfrm::Policy& policy);
   bool remove_dynamic_policy(uint32_t id);
-  void clear_dynamic_sas();
-  void clear_dynamic_policies();
+  // Each returns how many it removed.
+  size_t clear_dynamic_sas();
+  size_t clear_dynamic_policies();
   struct SaUsage {
     uint64_t bytes = 0;
     uint64_t packets = 0;
@@ -95,8 +98,8 @@ class Gateway {
   const GatewayConfig& config() const { return config_; }
   const esp::IpAddress& local_address() const { return config_.local_address; }
 
-  // Called when an SA reaches its soft or hard lifetime (from enforce_lifetimes, without
-  // the gateway's lock held). Set before start().
+  // Called when one of charon's SAs reaches its soft or hard lifetime (from
+  // enforce_lifetimes, without the gateway's lock held). Set before start().
   using ExpireHandler =
       std::function<void(uint32_t spi, const esp::IpAddress& destination, bool hard)>;
   void on_expire(ExpireHandler handler) { expire_handler_ = std::move(handler); }

@@ -113,6 +113,7 @@ GatewayStatus Gateway::status(bool entries) const {
     const esp::SaConfig& config = entry.entry.config;
     sa.spi = config.spi;
     sa.direction = direction;
+    sa.from_charon = entry.from_charon;
     sa.source = config.tunnel_source;
     sa.destination = config.tunnel_destination;
     sa.algorithm = std::string(crypto::algorithm_name(config.algorithm));
@@ -130,32 +131,36 @@ GatewayStatus Gateway::status(bool entries) const {
     return sa;
   };
   status.sa_count = outbound_.size() + inbound_.size();
-  for (const auto& [key, entry] : outbound_) {
-    if (!entries) break;
-    SaStatus sa = describe(*entry, xfrm::Direction::out);
-    sa.in_flight = entry->channel->in_flight();
-    status.sas.push_back(std::move(sa));
+  auto charon_count = [](const auto& installed) {
+    return static_cast<size_t>(std::count_if(installed.begin(), installed.end(),
+                                             [](const auto& e) { return e.second->from_charon; }));
+  };
+  status.charon_sa_count = charon_count(outbound_) + charon_count(inbound_);
+  if (entries) {
+    for (const auto& [key, entry] : outbound_) {
+      SaStatus sa = describe(*entry, xfrm::Direction::out);
+      sa.in_flight = entry->channel->in_flight();
+      status.sas.push_back(std::move(sa));
+    }
+    for (const auto& [key, entry] : inbound_) {
+      SaStatus sa = describe(*entry, xfrm::Direction::in);
+      const auto reorder = entry->channel->release().stats();
+      sa.late = reorder.late;
+      sa.skipped = reorder.skipped;
+      status.sas.push_back(std::move(sa));
+    }
+    const auto forwarding = forwarding_.load();
+    for (const auto& [reqid, group] : forwarding->groups) {
+      GroupStatus g;
+      g.reqid = reqid;
+      g.member_spis = group->member_spis();
+      g.member_slots = group->member_keys();
+      std::sort(g.member_slots.begin(), g.member_slots.end());
+      std::sort(g.member_spis.begin(), g.member_spis.end());
+      status.groups.push_back(std::move(g));
+    }
+    status.policies = forwarding->spd->list();
   }
-  for (const auto& [key, entry] : inbound_) {
-    if (!entries) break;
-    SaStatus sa = describe(*entry, xfrm::Direction::in);
-    const auto reorder = entry->channel->release().stats();
-    sa.late = reorder.late;
-    sa.skipped = reorder.skipped;
-    status.sas.push_back(std::move(sa));
-  }
-  const auto forwarding = forwarding_.load();
-  for (const auto& [reqid, group] : forwarding->groups) {
-    if (!entries) break;
-    GroupStatus g;
-    g.reqid = reqid;
-    g.member_spis = group->member_spis();
-    g.member_slots = group->member_keys();
-    std::sort(g.member_slots.begin(), g.member_slots.end());
-    std::sort(g.member_spis.begin(), g.member_spis.end());
-    status.groups.push_back(std::move(g));
-  }
-  if (entries) status.policies = forwarding->spd->list();
   const auto g = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   status.gateway_drops = {{"no-policy", g(counters_.no_policy)},
                           {"policy-discard", g(counters_.policy_discard)},

@@ -20,6 +20,7 @@ using NamedCounters = std::vector<std::pair<std::string, uint64_t>>;
 struct SaStatus {
   uint32_t spi = 0;
   xfrm::Direction direction = xfrm::Direction::out;
+  bool from_charon = false;  // else from the static SA file
   esp::IpAddress source;
   esp::IpAddress destination;
   std::string algorithm;
@@ -49,7 +50,9 @@ struct GatewayStatus {
   std::string tun_name;
   unsigned tunnel_mtu = 0;
   std::string crypto_backend;
-  size_t sa_count = 0;  // outbound and inbound, filled in even without the lists
+  // Filled in even without the lists.
+  size_t sa_count = 0;         // outbound and inbound
+  size_t charon_sa_count = 0;  // of which charon installed
   std::vector<SaStatus> sas;
   std::vector<GroupStatus> groups;
   std::vector<xfrm::Policy> policies;

@@ -212,14 +212,20 @@ TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
   GatewayConfig config = test_config("espgwdyn1");
   config.static_sa_file = path;
   auto gateway = std::make_unique<Gateway>(config);
+  // charon can neither replace nor delete the static file's SA under its (SPI, destination).
+  EXPECT_FALSE(gateway->add_dynamic_sa(sa(xfrm::Direction::out, 0x501, 7, 1)));
+  EXPECT_FALSE(gateway->remove_dynamic_sa(0x501, address("127.0.0.2")));
   ASSERT_TRUE(gateway->add_dynamic_sa(sa(xfrm::Direction::out, 0x601, 8, 1)));
   gateway->add_dynamic_policy(out_policy(1u << 24, 8, "10.2.0.0/16"));
-  EXPECT_EQ(gateway->status().sas.size(), 2u);
-  gateway->clear_dynamic_sas();
-  gateway->clear_dynamic_policies();
+  const auto both = gateway->status(false);
+  EXPECT_EQ(both.sa_count, 2u);
+  EXPECT_EQ(both.charon_sa_count, 1u);
+  EXPECT_EQ(gateway->clear_dynamic_sas(), 1u);
+  EXPECT_EQ(gateway->clear_dynamic_policies(), 1u);
   const auto status = gateway->status();
   ASSERT_EQ(status.sas.size(), 1u);
   EXPECT_EQ(status.sas[0].spi, 0x501u);
+  EXPECT_FALSE(status.sas[0].from_charon);
   ASSERT_EQ(status.policies.size(), 1u);
   EXPECT_EQ(kernel_routes("espgwdyn1"), (std::set<std::string>{"0000090A/0000FFFF"}));
   ASSERT_TRUE(gateway->reload());  // unchanged file: still exactly the static state
