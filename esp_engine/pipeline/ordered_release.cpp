@@ -34,8 +34,10 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
   for (;;) {
     if (draining_.exchange(true, std::memory_order_acq_rel)) {
       // Another worker is delivering; it re-checks after it lets go of the flag, so
-      // whatever we left in pending_ will not be stranded.
-      return false;
+      // whatever we left in pending_ will not be stranded. A packet we left behind a gap
+      // still needs the timer, and we are the one who knows of it: say so.
+      std::lock_guard guard(lock_);
+      return buffer_.held() > 0;
     }
     for (;;) {
       {
@@ -54,12 +56,16 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
     }
     draining_.store(false, std::memory_order_seq_cst);
     // A packet inserted after our last look, while we still held the flag, was left for
-    // us: look once more now that the flag is down.
+    // us: look once more now that the flag is down. If it waits behind a gap, the worker
+    // that staged it was turned away by our flag and asked for no timer, so answering
+    // with what we saw before it came would strand it until the SA's next packet: the
+    // answer is what is held now.
     bool more;
     {
       std::lock_guard guard(lock_);
       LazyNow now;
       more = !pending_.empty() || buffer_.ready(now, workers_busy());
+      stalled = buffer_.held() > 0;
     }
     if (!more) return stalled;
   }

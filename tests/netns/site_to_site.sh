@@ -90,16 +90,24 @@ check_espgw_accepts_scapy() {  # scapy builds ESP in gwA's namespace; lanB must 
   local label=$1 udp=""
   [[ $2 == udp ]] && udp=--udp
   rm -f "$WORK/lanb.pcap"
-  in_ns "$LANB" tshark -q -i eth0 -f icmp -a duration:6 -w "$WORK/lanb.pcap" >/dev/null 2>&1 &
+  # Capture only the echo request scapy sends (ICMP identifier 4242) and stop at the first
+  # one, so a slow start of scapy or tshark cannot end the capture before the packet comes.
+  in_ns "$LANB" tshark -i eth0 -c 1 -a duration:30 -w "$WORK/lanb.pcap" \
+    -f 'icmp[icmptype] == icmp-echo and icmp[4:2] == 4242' >/dev/null 2>"$WORK/lanb.err" &
   local capture=$!
-  for _ in $(seq 1 50); do [[ -s $WORK/lanb.pcap ]] && break; sleep 0.1; done
-  sleep 0.5
+  for _ in $(seq 1 100); do grep -q "Capturing on" "$WORK/lanb.err" && break; sleep 0.1; done
   in_ns "$GWA" /usr/bin/python3 "$HERE/scapy_wan.py" inject --spi 0x1001 --key "$KEY_AB" \
     --src "$ADDR_A" --dst "$ADDR_B" $udp --seq 1000000 --ident 4242 >"$WORK/inject.out" 2>&1 || true
   wait "$capture" || true
   if tshark -r "$WORK/lanb.pcap" -Y 'icmp.ident == 4242 && icmp.type == 8' 2>/dev/null | grep -q .; then
     pass "$label espgw decrypted a scapy-built ESP packet and delivered it to lanB"
-  else fail "$label scapy-built packet not delivered"; cat "$WORK/inject.out"; fi
+  else
+    fail "$label scapy-built packet not delivered"
+    cat "$WORK/inject.out" "$WORK/lanb.err"
+    kill -USR1 "$PID_b"  # which counter took the packet, if espgw saw it
+    sleep 0.5
+    grep -E "drop|sa in " "$WORK/espgw-b.log" | tail -n 20 || true
+  fi
 }
 
 check_counters() {

@@ -306,6 +306,41 @@ TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
                .hold = std::chrono::microseconds(2000)});
 }
 
+// A worker that finds another delivering an SA's packets leaves its own packet to it.
+// If that packet waits behind a gap, the worker must still report it, so that the gap
+// timer comes back for it; otherwise it waits for the SA's next packet, which may never
+// come (a lone packet after a quiet spell, like the scapy-built one the namespace test
+// sends).
+class GatedSink final : public PacketSink {
+ public:
+  void deliver(std::span<Packet* const> packets) override {
+    entered.store(true);
+    while (!open.load()) std::this_thread::yield();
+    delivered += packets.size();
+  }
+  std::atomic<bool> entered{false}, open{false};
+  std::atomic<size_t> delivered{0};
+};
+
+TEST(PipelineConcurrent, APacketLeftBehindAGapWhileAnotherWorkerDeliversIsReported) {
+  constexpr uint64_t kHoldNs = 1'000'000'000;  // never expires during the test
+  PacketPool pool(4, 64);
+  GatedSink sink;
+  OrderedRelease release(64, kHoldNs, 0);
+  bool first_reported = true;
+  std::thread first([&] { first_reported = release.insert(0, pool.acquire(), sink, pool); });
+  while (!sink.entered.load()) std::this_thread::yield();  // it holds the delivery now
+  // Index 2 waits for index 1; this worker cannot deliver, but must ask for the timer.
+  EXPECT_TRUE(release.insert(2, pool.acquire(), sink, pool));
+  sink.open.store(true);
+  first.join();
+  EXPECT_TRUE(first_reported);  // it too saw the held packet before it let go
+  EXPECT_EQ(release.held(), 1u);
+  EXPECT_EQ(sink.delivered.load(), 1u);
+  release.flush(sink, pool);
+  EXPECT_EQ(sink.delivered.load(), 2u);
+}
+
 // LAN -> ECMP group of 4 SAs -> outbound pipeline -> "wire" -> inbound pipeline -> LAN.
 // Every flow's packets arrive in the order they were sent, each exactly once.
 class ForwardingSink final : public PacketSink {
