@@ -901,7 +901,7 @@ report = {
         "wireguard_go": sh("wireguard-go --version | head -1"),
         "espgw_git": sh("git -C '$ROOT' rev-parse --short HEAD") + (" (dirty)" if sh("git -C '$ROOT' status --porcelain --untracked-files=no") else ""),
     },
-    "espgw": {"binary": "$ESPGW_BIN", "workers": int("$ESPGW_WORKERS"), "tun_queues": int("$ESPGW_TUN_QUEUES"),
+    "espgw": {"binary": "$ESPGW_BIN", "workers": int("$ESPGW_WORKERS") if "$ESPGW_WORKERS".isdigit() else "$ESPGW_WORKERS", "tun_queues": int("$ESPGW_TUN_QUEUES"),
               "espgwctl": "$ESPGWCTL", "charon_plugin": "$PLUGIN"},
     "paths": {},
 }

@@ -126,8 +126,9 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "ike-port") {
       if (!parse_number<uint16_t>(value, config.ike_port, 0, 65535)) bad("a port number or 0");
     } else if (key == "workers") {
-      if (!parse_number(value, config.workers, 0u, 1024u))
-        bad("a number from 0 (one per CPU) to 1024");
+      config.run_to_completion = value == "inline";
+      if (!config.run_to_completion && !parse_number(value, config.workers, 0u, 1024u))
+        bad("a number from 0 (one per CPU) to 1024, or inline");
     } else if (key == "crypto-backend") {
       if (crypto::find_backend(value))
         config.crypto_backend = value;

@@ -43,6 +43,7 @@ struct GatewayConfig {
   std::string charon_vici;
   std::vector<ParallelChild> parallel_children;
   unsigned workers = 0;                     // 0: one per online CPU
+  bool run_to_completion = false;           // "workers = inline": readers do the crypto
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
   size_t socket_buffer_bytes = 4 << 20;

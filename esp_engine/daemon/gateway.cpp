@@ -149,6 +149,7 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
   pipeline::PipelineConfig pipeline_config;
   pipeline_config.workers = config_.workers;
   pipeline_config.pin_workers = config_.pin_workers;
+  pipeline_config.run_to_completion = config_.run_to_completion;
   pipeline_config.pool_packets = config_.pool_packets;
   pipeline_config.reorder_hold = config_.reorder_hold;
   // A buffer holds the largest packet either side can carry: an inner packet of the
@@ -186,9 +187,12 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
     static_config_ = {};
     apply_static_locked(std::move(initial));
   }
-  log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %u workers, %s",
-      tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(),
-      pipeline_->worker_count(), config_.crypto_backend.c_str());
+  const std::string workers = config_.run_to_completion
+                                  ? std::string("no workers (readers run to completion)")
+                                  : std::to_string(pipeline_->worker_count()) + " workers";
+  log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %s, %s",
+      tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(), workers.c_str(),
+      config_.crypto_backend.c_str());
 }
 
 Gateway::~Gateway() {
@@ -631,6 +635,7 @@ void Gateway::tun_reader(unsigned queue) {
     // with the old one.
     const auto forwarding = forwarding_.load(std::memory_order_acquire);
     handle_outbound(packet, *forwarding);
+    pipeline_->complete_submitted();
   }
 }
 
@@ -667,6 +672,7 @@ void Gateway::tun_reader_offload(unsigned queue) {
     const auto result = segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit);
     if (result != io::OffloadResult::ok && result != io::OffloadResult::stopped)
       counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
+    pipeline_->complete_submitted();
   }
 }
 
@@ -705,6 +711,7 @@ void Gateway::wan_reader(io::WanSocket* socket) {
       }
       pipeline_->submit_inbound(packet);  // drops are counted by the pipeline or the SA
     }
+    pipeline_->complete_submitted();
     // Unused packets stay for the next batch; move the used slots' replacements in.
     const size_t used = static_cast<size_t>(received);
     std::move(packets.begin() + used, packets.begin() + have, packets.begin());

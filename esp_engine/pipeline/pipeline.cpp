@@ -50,7 +50,7 @@ Pipeline::Pipeline(PipelineConfig config)
   if (config_.pool_packets == 0 || config_.max_in_flight_per_sa == 0 ||
       config_.reorder_capacity == 0)
     throw std::invalid_argument("pipeline: pool, in-flight and reorder sizes must be positive");
-  const unsigned count = resolve_worker_count(config_.workers);
+  const unsigned count = config_.run_to_completion ? 0 : resolve_worker_count(config_.workers);
   worker_state_ = std::make_unique<WorkerState[]>(count);
   workers_.reserve(count);
   for (unsigned i = 0; i < count; ++i) {
@@ -81,6 +81,10 @@ Pipeline::~Pipeline() {
 
 Packet* Pipeline::acquire() {
   if (Packet* packet = pool_.acquire()) return packet;
+  // Run to completion: the packets this thread (or another) submitted come back to the
+  // pool once this thread has processed them.
+  if (config_.run_to_completion && process_queued(true))
+    if (Packet* packet = pool_.acquire()) return packet;
   relieve_pressure();
   return pool_.acquire();
 }
@@ -133,6 +137,11 @@ bool Pipeline::remove_inbound(uint32_t spi) {
 void Pipeline::enqueue(Packet* packet) {
   // Cannot fail: the queue's capacity is at least the pool's size.
   while (!work_.try_push(packet)) std::this_thread::yield();
+  if (config_.run_to_completion) {
+    // Keep what waits for this thread to a batch: the queue bounds latency, not the pool.
+    if (work_.size_approx() >= kWorkerBatch) process_queued(false);
+    return;
+  }
   // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
   // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
@@ -142,17 +151,32 @@ void Pipeline::enqueue(Packet* packet) {
 }
 
 void Pipeline::assist() {
-  // A sink may submit (a loopback, a forwarder): never nest.
+  process_queued(false);
+}
+
+void Pipeline::complete_submitted() {
+  if (config_.run_to_completion) process_queued(true);
+}
+
+bool Pipeline::process_queued(bool until_empty) {
+  // A sink may submit (a loopback, a forwarder): never nest. The outer call, looping
+  // until the queue is empty, takes what the sink submitted.
   thread_local bool inside = false;
-  if (inside) return;
+  if (inside) return false;
   inside = true;
   assisting_.fetch_add(1, std::memory_order_seq_cst);
   std::array<Packet*, kWorkerBatch> batch;
-  size_t count = 0;
-  while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
-  if (count > 0) process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
+  bool any = false;
+  do {
+    size_t count = 0;
+    while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
+    if (count == 0) break;
+    process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
+    any = true;
+  } while (until_empty);
   assisting_.fetch_sub(1, std::memory_order_seq_cst);
   inside = false;
+  return any;
 }
 
 void Pipeline::wake_one_worker() {
@@ -320,7 +344,10 @@ bool Pipeline::idle() const {
 }
 
 void Pipeline::wait_idle() {
-  while (!idle()) std::this_thread::yield();
+  // Run to completion has no worker to wait for: whoever waits does the work.
+  while (!idle()) {
+    if (!config_.run_to_completion || !process_queued(true)) std::this_thread::yield();
+  }
 }
 
 void Pipeline::schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel) {

@@ -45,6 +45,12 @@ struct PipelineConfig {
   // small VM, or a reader sharing a core), handing every packet to another thread costs a
   // context switch; helping keeps the queue short and the latency low. 0 disables it.
   size_t submitter_assist_threshold = 64;
+  // No worker threads: each submitting thread does the crypto of what it submitted when it
+  // calls complete_submitted() (and whenever a batch's worth waits), run to completion as
+  // VPP does. Where a gateway has about one free core, handing every packet to a worker
+  // only adds wake-ups and context switches; ordering is unchanged (sequence numbers
+  // are still taken at submit, and the reorder buffers still release in order).
+  bool run_to_completion = false;
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
 };
@@ -93,6 +99,11 @@ class Pipeline {
   // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
   esp::DropReason submit_inbound(Packet* packet);
 
+  // Run to completion: processes every packet submitted so far (by any thread), in this
+  // thread. A submitting thread calls it after each batch it read, and before it waits for
+  // a free packet. With worker threads it does nothing: they take the packets.
+  void complete_submitted();
+
   // Blocks until every submitted packet has been processed by a worker (tests, shutdown).
   // Only meaningful once the submitting threads have stopped.
   void wait_idle();
@@ -127,6 +138,9 @@ class Pipeline {
 
   void wake_one_worker();
   void assist();
+  // Pops and processes batches in the calling thread; at most one batch unless
+  // `until_empty`. Returns whether there was anything to do.
+  bool process_queued(bool until_empty);
 
   // Idle workers sleep on `wake_`. Producers touch it only when someone sleeps, and only
   // one wake-up is in flight at a time (`wake_pending_`): a burst of packets costs one

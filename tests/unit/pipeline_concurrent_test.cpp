@@ -100,10 +100,12 @@ bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit) {
   return true;
 }
 
-TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
+// With worker threads, or with none: the producers run their packets to completion.
+void run_outbound(bool run_to_completion) {
   constexpr int kSas = 6, kProducers = 3, kPerProducerPerSa = 1500;
   PipelineConfig config;
   config.workers = 4;
+  config.run_to_completion = run_to_completion;
   config.pool_packets = 256;
   config.max_in_flight_per_sa = 32;  // small, so queue-full drops happen and are counted
   config.before_crypto = random_delay;
@@ -139,9 +141,13 @@ TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
               ++done[s];
             } else {
               attempts_refused.fetch_add(1);
+              // A reader finishes its batch when it has to drop: without workers, the
+              // SA's packets in flight leave only when a producer completes them.
+              pipeline.complete_submitted();
               std::this_thread::sleep_for(std::chrono::microseconds(20));
             }
           }
+          pipeline.complete_submitted();
         }
       });
     }
@@ -173,6 +179,14 @@ TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
               static_cast<unsigned long long>(queue_full));
 }
 
+TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
+  run_outbound(false);
+}
+
+TEST(PipelineConcurrent, OutboundRunToCompletionLeavesInSequenceOrder) {
+  run_outbound(true);
+}
+
 struct InboundScenario {
   double loss = 0, duplicates = 0;
   size_t shuffle_window = 32;
@@ -180,6 +194,7 @@ struct InboundScenario {
   // a worker is delayed), and the readers never run far ahead of a gap (no pressure).
   size_t pool = 1024, reorder_capacity = 2048;
   std::chrono::microseconds hold{std::chrono::seconds(2)};
+  bool run_to_completion = false;  // no workers: the readers do the crypto
 };
 
 // Encrypts kPackets per SA in order, then feeds them to the pipeline's inbound side from
@@ -193,6 +208,7 @@ void run_inbound(const InboundScenario& scenario) {
   config.reorder_capacity = scenario.reorder_capacity;
   config.reorder_hold = scenario.hold;
   config.before_crypto = random_delay;
+  config.run_to_completion = scenario.run_to_completion;
   std::mt19937_64 rng(1234);
 
   std::vector<std::unique_ptr<RecordingSink>> sinks;
@@ -243,6 +259,7 @@ void run_inbound(const InboundScenario& scenario) {
             ASSERT_TRUE(p->buffer.assign(wire[s][position[s]++]));
             pipeline->submit_inbound(p);
           }
+          pipeline->complete_submitted();  // the end of a read batch
           more |= position[s] < wire[s].size();
         }
       }
@@ -294,6 +311,12 @@ void run_inbound(const InboundScenario& scenario) {
 
 TEST(PipelineConcurrent, InboundDeliversInSequenceOrderDespiteNetworkReordering) {
   run_inbound({.loss = 0, .duplicates = 0.02, .shuffle_window = 32});
+}
+
+TEST(PipelineConcurrent, InboundRunToCompletionDeliversInSequenceOrder) {
+  // Each reader completes its own and the other's packets: the SAs' reorder buffers are
+  // still what orders them, since the two readers interleave.
+  run_inbound({.loss = 0.01, .duplicates = 0.02, .shuffle_window = 32, .run_to_completion = true});
 }
 
 TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
