@@ -53,9 +53,10 @@
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
 #                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
 #   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: the CPUs divided
-#                           among the two gateways that share them here (1 on 2 vCPUs);
-#                           0: one per CPU for each gateway, as espgw does by default
-#                           on a machine of its own
+#                           among the two gateways that share them here, or inline (no
+#                           workers, readers run to completion) when that is 1 or less,
+#                           as on 2 vCPUs; 0: one per CPU for each gateway, as espgw
+#                           does by default on a machine of its own
 #   ESPGW_EXTRA_CONF="key = value"       more espgw.conf lines (e.g. socket-buffer, pool-packets)
 #
 # Namespaces are named per run (s2s<PID>-<n>-...); everything this script starts is
@@ -75,10 +76,12 @@ ESPGW_WORKERS=${ESPGW_WORKERS:-auto}
 # espgw's default (a worker per CPU) is meant for a gateway with a machine of its own;
 # here two of them would each run a worker per CPU and hand packets between more threads
 # than there are CPUs. Measured on 2 vCPUs (docs/performance.md): one worker each gave
-# more throughput, lower latency and less CPU than two each.
+# more throughput, lower latency and less CPU than two each, and no workers at all
+# (the readers run to completion) more again. So: the CPUs divided among the gateways,
+# and run to completion when that leaves a gateway one CPU or less.
 if [[ $ESPGW_WORKERS == auto ]]; then
   ESPGW_WORKERS=$(($(nproc) / 2))
-  ((ESPGW_WORKERS >= 1)) || ESPGW_WORKERS=1
+  ((ESPGW_WORKERS > 1)) || ESPGW_WORKERS=inline
 fi
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
 ESPGW=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}

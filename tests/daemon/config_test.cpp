@@ -71,6 +71,25 @@ local-address = 300.1.1.1
   EXPECT_EQ(result.errors, expected);
 }
 
+TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
+  const std::string base = "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n";
+  const auto inline_mode = parse_gateway_config_text(base + "workers = inline\n", "gw.conf");
+  ASSERT_TRUE(inline_mode.config);
+  EXPECT_TRUE(inline_mode.config->run_to_completion);
+  // The last line wins, as for every key.
+  const auto counted =
+      parse_gateway_config_text(base + "workers = inline\nworkers = 2\n", "gw.conf");
+  ASSERT_TRUE(counted.config);
+  EXPECT_FALSE(counted.config->run_to_completion);
+  EXPECT_EQ(counted.config->workers, 2u);
+  const auto bad = parse_gateway_config_text(base + "workers = lots\n", "gw.conf");
+  EXPECT_FALSE(bad.config);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0],
+            "gw.conf:3: 'workers': expected a number from 0 (one per CPU) to 1024, or inline, "
+            "got 'lots'");
+}
+
 TEST(GatewayConfig, RequiredKeysAndMissingFile) {
   const auto empty = parse_gateway_config_text("", "x.conf");
   ASSERT_EQ(empty.errors.size(), 2u);

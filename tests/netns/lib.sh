@@ -13,6 +13,7 @@ PIDS=()
 FAILURES=0
 PASSES=0
 declare -A CRYPTO_BACKEND_SIDE=()  # per side (a, b): ipsec-mb unless a scenario says otherwise
+declare -A WORKERS_SIDE=()  # per side (a, b): the workers setting, 2 unless a scenario says otherwise
 
 log() { printf '[s2s] %s\n' "$*"; }
 pass() { PASSES=$((PASSES + 1)); log "PASS $*"; }
@@ -111,7 +112,7 @@ EOS
 tun-name = espgw0
 local-address = $local_address
 static-sa-file = static-$side.conf
-workers = 2
+workers = ${WORKERS_SIDE[$side]:-2}
 crypto-backend = ${CRYPTO_BACKEND_SIDE[$side]:-ipsec-mb}
 log-level = info
 EOS

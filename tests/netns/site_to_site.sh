@@ -167,6 +167,11 @@ run_scenario() {
   # One scenario runs gwB on the OpenSSL backend: ipsec-mb on one end, OpenSSL on the other.
   CRYPTO_BACKEND_SIDE=()
   [[ $scenario == udp6 ]] && CRYPTO_BACKEND_SIDE[b]=openssl
+  # Run to completion (no workers) on both gateways over raw ESP, and facing a gateway
+  # with workers over UDP/IPv6: the daemon's readers do the crypto themselves there.
+  WORKERS_SIDE=()
+  [[ $scenario == raw4 ]] && WORKERS_SIDE=([a]=inline [b]=inline)
+  [[ $scenario == udp6 ]] && WORKERS_SIDE[a]=inline
   write_configs "$mode" "$family"
   # Path MTUs learned in the previous scenario would shadow this one's tunnel MTU.
   for ns in "$LANA" "$LANB"; do
@@ -174,6 +179,12 @@ run_scenario() {
     ip -n "$ns" -6 route flush cache 2>/dev/null || true
   done
   start_gateway "$GWA" a && start_gateway "$GWB" b || { fail "$scenario: gateways did not start"; return; }
+  for side in a b; do
+    [[ ${WORKERS_SIDE[$side]:-} == inline ]] || continue
+    if grep -q "no workers (readers run to completion)" "$WORK/espgw-$side.log"; then
+      pass "$scenario gw${side^^} runs to completion, without workers"
+    else fail "$scenario gw${side^^} did not start without workers"; fi
+  done
   check_ping "$LANA" 10.2.0.2 "$scenario"
   check_ping "$LANB" 10.1.0.2 "$scenario"
   check_ping "$LANA" fd00:2::2 "$scenario"

@@ -316,7 +316,11 @@ TEST(PipelineConcurrent, InboundDeliversInSequenceOrderDespiteNetworkReordering)
 TEST(PipelineConcurrent, InboundRunToCompletionDeliversInSequenceOrder) {
   // Each reader completes its own and the other's packets: the SAs' reorder buffers are
   // still what orders them, since the two readers interleave.
-  run_inbound({.loss = 0.01, .duplicates = 0.02, .shuffle_window = 32, .run_to_completion = true});
+  run_inbound({.loss = 0.01,
+               .duplicates = 0.02,
+               .shuffle_window = 32,
+               .hold = std::chrono::microseconds(2000),
+               .run_to_completion = true});
 }
 
 TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
