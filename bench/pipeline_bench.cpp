@@ -354,9 +354,11 @@ struct Rig {
   pl::SaGroup group;
   std::vector<uint64_t> next_counter;  // per SA, written by the feeder only
 
+  // workers == 0: no workers, the feeder runs every packet to completion itself.
   Rig(unsigned workers, uint32_t sas) {
     pl::PipelineConfig config;
     config.workers = workers;
+    config.run_to_completion = workers == 0;
     config.pin_workers = g_pin;
     config.pool_packets = g_pool;
     config.packet_capacity = 2048;
@@ -461,6 +463,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       if (pipeline.pool().available() <= reserve || (packet = pipeline.acquire()) == nullptr) {
         const auto t0 = wait_start();
         do {
+          pipeline.complete_submitted();  // without workers, the feeder frees the packets
           std::this_thread::yield();
         } while (pipeline.pool().available() <= reserve ||
                  (packet = pipeline.acquire()) == nullptr);
@@ -477,6 +480,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       if (channel->in_flight() >= channel->max_in_flight()) {
         const auto t0 = wait_start();
         do {
+          pipeline.complete_submitted();
           std::this_thread::yield();
         } while (channel->in_flight() >= channel->max_in_flight());
         wait_ns += static_cast<uint64_t>(
@@ -489,6 +493,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
           esp::DropReason::none)
         ++feeder_drops;
     }
+    pipeline.complete_submitted();  // the end of a "read batch"
     if (++iteration == last) {
       // Last iteration: everything fed must come out (or be counted as dropped) before
       // the clock stops.
@@ -630,7 +635,9 @@ const char* const kReorderNames[] = {"reorder/inbound/in_order", "reorder/inboun
                                      "reorder/outbound/in_order", "reorder/outbound/shuffled64"};
 
 std::string pipeline_name(uint32_t sas, unsigned workers) {
-  return "pipeline/sas:" + std::to_string(sas) + "/workers:" + std::to_string(workers);
+  // Run to completion is named apart, so that the worker-scaling series stays 1..N.
+  return "pipeline/sas:" + std::to_string(sas) +
+         (workers == 0 ? std::string("/inline") : "/workers:" + std::to_string(workers));
 }
 
 using espgw::bench::CollectingReporter;
@@ -678,6 +685,8 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
          "# feeder_wait = share of wall time the feeder waited on backpressure; late = packets "
          "the bounded\n# reorder buffer released after giving up their gap (hold time or "
          "window overflow)\n";
+  out << "# inline = no workers (PipelineConfig::run_to_completion): the feeder runs every "
+         "packet to completion\n# itself; its of_raw compares with raw in one thread\n";
   out << "# NOTE: the feeder (the benchmark thread: copy + classify + submit) is a busy thread "
          "besides the W workers.\n# With W + 1 > "
       << cpus
@@ -691,28 +700,35 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
                   "Gbit/s", "Mpps", "real_ns", "cpu_ns", "wcpu_ns", "scaling", "of_raw",
                   "of_ceiling", "cpu_eff", "wcpu_eff", "feeder_wait", "drops", "late");
     std::optional<double> base;
-    for (const unsigned w : g_workers) {
+    std::vector<unsigned> cases = g_workers;
+    cases.insert(cases.begin(), 0);
+    for (const unsigned w : cases) {
       const std::string name = pipeline_name(sas, w);
+      const std::string label = w == 0 ? std::string("inline") : std::to_string(w);
       if (const auto e = r.errors().find(name); e != r.errors().end()) {
-        out << format("%7u ERROR: %s\n", w, e->second.c_str());
+        out << format("%7s ERROR: %s\n", label.c_str(), e->second.c_str());
         continue;
       }
       const auto gbps = r.value(name, "Gbps");
       if (!gbps) continue;
       if (w == 1) base = gbps;
+      // Run to completion is one thread (the feeder): compared with raw in one thread.
+      const unsigned threads = std::max(w, 1u);
       const double cpu_ns = r.value(name, "cpu_ns_per_packet").value_or(0);
       const double wcpu_ns = r.value(name, "worker_cpu_ns_per_packet").value_or(0);
       const auto ratio = [](std::optional<double> num, std::optional<double> den) {
         return num && den && *den > 0 ? format("%.3f", *num / *den) : std::string("-");
       };
-      const auto ceiling = w == 1 ? raw_gbps : r.value(raw_threads_name(w), "Gbps");
+      const auto ceiling = threads == 1 ? raw_gbps : r.value(raw_threads_name(w), "Gbps");
       out << format(
-          "%7u %8.2f %7.3f %8.1f %8.1f %8.1f %8s %7s %10s %8s %8s %11.3f %6.0f %5.0f\n", w, *gbps,
-          r.value(name, "Mpps").value_or(0), r.value(name, "ns_per_packet").value_or(0), cpu_ns,
-          wcpu_ns, ratio(gbps, base ? std::optional<double>(*base * w) : std::nullopt).c_str(),
-          ratio(gbps, raw_gbps ? std::optional<double>(*raw_gbps * w) : std::nullopt).c_str(),
+          "%7s %8.2f %7.3f %8.1f %8.1f %8.1f %8s %7s %10s %8s %8s %11.3f %6.0f %5.0f\n",
+          label.c_str(), *gbps, r.value(name, "Mpps").value_or(0),
+          r.value(name, "ns_per_packet").value_or(0), cpu_ns, wcpu_ns,
+          w == 0 ? "-"
+                 : ratio(gbps, base ? std::optional<double>(*base * w) : std::nullopt).c_str(),
+          ratio(gbps, raw_gbps ? std::optional<double>(*raw_gbps * threads) : std::nullopt).c_str(),
           ratio(gbps, ceiling).c_str(), ratio(raw_ns, cpu_ns).c_str(),
-          ratio(raw_ns, wcpu_ns).c_str(), r.value(name, "feeder_wait").value_or(0),
+          w == 0 ? "-" : ratio(raw_ns, wcpu_ns).c_str(), r.value(name, "feeder_wait").value_or(0),
           r.value(name, "drops").value_or(0), r.value(name, "late").value_or(0));
     }
   }
@@ -820,11 +836,14 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(raw_threads_name(w).c_str(), raw_roundtrip)
           ->Threads(static_cast<int>(w))
           ->UseRealTime();
-  for (const uint32_t sas : kSaCounts)
-    for (const unsigned w : g_workers)
+  for (const uint32_t sas : kSaCounts) {
+    std::vector<unsigned> cases = g_workers;
+    cases.insert(cases.begin(), 0);  // run to completion: the feeder alone
+    for (const unsigned w : cases)
       benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w)
           ->UseRealTime()
           ->MeasureProcessCPUTime();
+  }
   const uint64_t hold_ns = 1'000'000;  // PipelineConfig's default reorder_hold, 1 ms
   benchmark::RegisterBenchmark(kReorderNames[0], reorder_bench, false, hold_ns)->UseRealTime();
   benchmark::RegisterBenchmark(kReorderNames[1], reorder_bench, true, hold_ns)->UseRealTime();

@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 RAW = "raw/AES-128-GCM/roundtrip/1400"
 PIPELINE = re.compile(r"^pipeline/sas:(\d+)/workers:(\d+)")
+INLINE = re.compile(r"^pipeline/sas:(\d+)/inline")  # no workers: the feeder alone
 COUNTERS = ["Gbps", "cpu_ns_per_packet", "worker_cpu_ns_per_packet", "ns_per_packet"]
 COLORS = {1: "#1f77b4", 64: "#ff7f0e"}
 
@@ -57,10 +58,14 @@ def main():
     values, context = load(source)
     raw = next((v for n, v in values.items() if n.startswith(RAW)), None)
     series = defaultdict(dict)  # sas -> workers -> values
+    inline = {}  # sas -> values of the run-to-completion case (no workers)
     for name, v in values.items():
         m = PIPELINE.match(name)
         if m:
             series[int(m.group(1))][int(m.group(2))] = v
+        m = INLINE.match(name)
+        if m:
+            inline[int(m.group(1))] = v
     if not series:
         sys.exit(f"{source}: no pipeline results")
 
@@ -78,19 +83,27 @@ def main():
         ax_cpu.plot(ws, [series[sas][w].get("worker_cpu_ns_per_packet", 0) for w in ws], "s:",
                     color=COLORS.get(sas),
                     label=f"{sas} SA{'s' if sas > 1 else ''}: without the feeder")
+    # Run to completion (no workers, the feeder alone) at x = 0.
+    for sas, v in sorted(inline.items()):
+        ax_tp.plot([0], [v.get("Gbps", 0)], "*", markersize=12, color=COLORS.get(sas),
+                   label=f"{sas} SA{'s' if sas > 1 else ''}, no workers (run to completion)")
+        ax_cpu.plot([0], [v.get("cpu_ns_per_packet", 0)], "*", markersize=12,
+                    color=COLORS.get(sas))
+    if inline:
+        all_workers = [0] + all_workers
     if raw and "ns_per_packet" in raw:
         ax_cpu.axhline(raw["ns_per_packet"], linestyle="--", color="#888888",
                        label=f"raw encrypt + decrypt ({raw['ns_per_packet']:.0f} ns)")
     cpus = context.get("num_cpus", "?")
     ax_tp.set_title(f"Throughput, 1400 B AES-128-GCM, encrypt + decrypt ({cpus} CPUs)")
-    ax_tp.set_xlabel("workers (plus one feeder thread)")
+    ax_tp.set_xlabel("workers (plus one feeder thread; 0: the feeder alone)")
     ax_tp.set_ylabel("inner Gbit/s")
     ax_tp.set_xticks(all_workers)
     ax_tp.set_ylim(bottom=0)
     ax_tp.grid(alpha=0.3)
     ax_tp.legend(fontsize=8)
     ax_cpu.set_title("Process CPU time per packet")
-    ax_cpu.set_xlabel("workers (plus one feeder thread)")
+    ax_cpu.set_xlabel("workers (plus one feeder thread; 0: the feeder alone)")
     ax_cpu.set_ylabel("CPU ns per packet")
     ax_cpu.set_xticks(all_workers)
     ax_cpu.set_ylim(bottom=0)
