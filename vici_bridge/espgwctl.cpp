@@ -139,6 +139,11 @@ void print_stats(const Message& response) {
       rows.push_back({entry.name, entry.value, share});
     }
   }
+  if (rows.size() == 1) {
+    // No workers: the gateway runs `workers = inline`, its readers do the crypto.
+    std::printf("per-worker load: no workers (readers run to completion)\n");
+    return;
+  }
   std::printf("per-worker load:\n");
   print_table(rows);
 }
