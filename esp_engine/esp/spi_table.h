@@ -1,6 +1,8 @@
 // Objects by SPI: the lookup every received ESP packet starts with (the engine's inbound
 // SAs, the pipeline's inbound channels). Readers take a shared lock and leave holding a
 // reference, so an entry deleted by a rekey stays valid for the packets in flight on it.
+// The per-packet lookups go through a per-thread cache instead, which takes no lock:
+// with several readers a shared lock per packet is a cache line they all write.
 #pragma once
 
 #include <array>
@@ -44,24 +46,13 @@ class SpiTable {
   }
   // The same lookup through a small per-thread cache: no lock and no reference count
   // change while the table is unchanged. The pointer is valid until this thread's next
-  // find_cached() on a table of this type (the cache keeps the entry alive until then).
-  // Any add or remove moves the table to a new, globally unique generation, which
-  // invalidates every thread's cached entries for it.
-  T* find_cached(uint32_t spi) const {
-    struct Entry {
-      uint64_t generation = 0;
-      uint32_t spi = 0;
-      std::shared_ptr<T> entry;
-    };
-    thread_local std::array<Entry, 16> cache;
-    Entry& slot = cache[spi % cache.size()];
-    const uint64_t generation = generation_.load(std::memory_order_acquire);
-    if (slot.generation == generation && slot.spi == spi && slot.entry) return slot.entry.get();
-    slot.entry = find(spi);
-    slot.generation = generation;
-    slot.spi = spi;
-    return slot.entry.get();
-  }
+  // lookup through the cache on a table of this type (the cache keeps the entry alive
+  // until then). Any add or remove moves the table to a new, globally unique generation,
+  // which invalidates every thread's cached entries for it.
+  T* find_cached(uint32_t spi) const { return cached(spi).entry.get(); }
+  // The same, returning a reference of the caller's own: no lock, one reference count
+  // increment (the entry's own, not a line every reader of the table shares).
+  std::shared_ptr<T> find_shared(uint32_t spi) const { return cached(spi).entry; }
 
   size_t size() const {
     std::shared_lock lock(mutex_);
@@ -74,6 +65,22 @@ class SpiTable {
   }
 
  private:
+  struct CacheEntry {
+    uint64_t generation = 0;
+    uint32_t spi = 0;
+    std::shared_ptr<T> entry;
+  };
+  const CacheEntry& cached(uint32_t spi) const {
+    thread_local std::array<CacheEntry, 16> cache;
+    CacheEntry& slot = cache[spi % cache.size()];
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    if (slot.generation == generation && slot.spi == spi && slot.entry) return slot;
+    slot.entry = find(spi);
+    slot.generation = generation;
+    slot.spi = spi;
+    return slot;
+  }
+
   // Generations are unique across all tables, so a table created at a dead table's
   // address can never match that table's cached entries.
   static uint64_t next_generation() {

@@ -217,7 +217,7 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
   if (!spi) {
     reason = esp::DropReason::too_short;
     engine_counters_.count(reason);
-  } else if (!(channel = inbound_.find(*spi))) {
+  } else if (!(channel = inbound_.find_shared(*spi))) {
     reason = esp::DropReason::no_sa;
     engine_counters_.count(reason);
   } else {

@@ -6,19 +6,19 @@
 namespace espgw::pipeline {
 
 void SaGroup::set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> channel) {
-  std::lock_guard guard(writer_);
+  std::lock_guard guard(lock_);
   // Before the channel is published: packets reach it only through the member list.
   if (channel && budget_) channel->share_budget(budget_);
-  auto next = std::make_shared<Members>(*members_.load());
+  auto next = std::make_shared<Members>(*members_);
   for (auto& member : *next) {
     if (member.key == member_key) {
       member.channel = std::move(channel);
-      members_.store(std::move(next));
+      publish(std::move(next));
       return;
     }
   }
   next->push_back({member_key, mix64(member_key ^ 0x9e3779b97f4a7c15ull), std::move(channel)});
-  members_.store(std::move(next));
+  publish(std::move(next));
 }
 
 bool SaGroup::remove_member(uint64_t member_key) {
@@ -26,14 +26,14 @@ bool SaGroup::remove_member(uint64_t member_key) {
 }
 
 bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel) {
-  std::lock_guard guard(writer_);
-  auto next = std::make_shared<Members>(*members_.load());
+  std::lock_guard guard(lock_);
+  auto next = std::make_shared<Members>(*members_);
   const auto before = next->size();
   std::erase_if(*next, [&](const Member& m) {
     return m.key == member_key && (!channel || m.channel.get() == channel);
   });
   if (next->size() == before) return false;
-  members_.store(std::move(next));
+  publish(std::move(next));
   return true;
 }
 
@@ -50,31 +50,62 @@ const SaGroup::Member* SaGroup::choose(const Members& members, uint64_t flow_has
   return best;
 }
 
+uint64_t SaGroup::next_generation() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SaGroup::publish(std::shared_ptr<const Members> members) {
+  members_ = std::move(members);
+  // After the list: a reader that sees the new generation then loads the new list.
+  generation_.store(next_generation(), std::memory_order_release);
+}
+
+std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
+  std::lock_guard guard(lock_);
+  return members_;
+}
+
+const SaGroup::Members& SaGroup::snapshot() const {
+  struct Cached {
+    uint64_t generation = 0;
+    std::shared_ptr<const Members> members;
+  };
+  thread_local std::array<Cached, 16> cache;
+  Cached& slot = cache[(reinterpret_cast<uintptr_t>(this) >> 6) % cache.size()];
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (slot.generation != generation || !slot.members) {
+    // The list loaded here is at least as new as `generation`: tagging it so can only
+    // make this thread load it again later, never keep an older list.
+    slot.members = current();
+    slot.generation = generation;
+  }
+  return *slot.members;
+}
+
 std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {
-  const auto members = members_.load();
-  const Member* member = choose(*members, flow_hash);
+  const Member* member = choose(snapshot(), flow_hash);
   return member ? member->channel : nullptr;
 }
 
 uint64_t SaGroup::pick_key(uint64_t flow_hash) const {
-  const auto members = members_.load();
-  const Member* member = choose(*members, flow_hash);
+  const Member* member = choose(snapshot(), flow_hash);
   return member ? member->key : 0;
 }
 
 size_t SaGroup::size() const {
-  return members_.load()->size();
+  return current()->size();
 }
 
 std::vector<uint32_t> SaGroup::member_spis() const {
   std::vector<uint32_t> spis;
-  for (const Member& member : *members_.load()) spis.push_back(member.channel->sa().config().spi);
+  for (const Member& member : *current()) spis.push_back(member.channel->sa().config().spi);
   return spis;
 }
 
 std::vector<uint64_t> SaGroup::member_keys() const {
   std::vector<uint64_t> keys;
-  for (const Member& member : *members_.load()) keys.push_back(member.key);
+  for (const Member& member : *current()) keys.push_back(member.key);
   return keys;
 }
 

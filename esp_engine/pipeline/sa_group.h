@@ -4,14 +4,18 @@
 // replaces a member's SA moves no flow, removing a member moves only that member's
 // flows, and adding one moves only the flows the newcomer wins.
 //
-// Readers take a snapshot of the member list without locking out writers; membership
-// changes copy the list (they happen at IKE speed, not packet speed).
+// Membership changes copy the member list and publish the copy (they happen at IKE speed,
+// not packet speed). Each thread keeps the list it last used per group, tagged with the
+// group's generation, so a packet costs one atomic load of the generation; only after a
+// change does a reader take the lock to fetch the new list. A lock or a reference count
+// per packet would be a line that every reader of the group writes.
 //
 // The members share one in-flight bound (InFlightBudget): every SA has its own, but they
 // all feed the same workers, so without a shared one an ECMP group of N let N times as
 // many packets queue as a single SA, and latency under load grew with N.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -34,7 +38,8 @@ class SaGroup {
   // `in_flight_limit`: the group's bound on packets in flight, shared by its members
   // (0: none, each member has only its own).
   explicit SaGroup(uint64_t in_flight_limit = 0)
-      : budget_(in_flight_limit ? std::make_shared<InFlightBudget>(in_flight_limit) : nullptr) {}
+      : budget_(in_flight_limit ? std::make_shared<InFlightBudget>(in_flight_limit) : nullptr),
+        generation_(next_generation()) {}
 
   // Adds a member, or replaces the channel of an existing member (rekey). The channel
   // joins the group's in-flight budget; a channel belongs to one group.
@@ -61,10 +66,23 @@ class SaGroup {
   };
   using Members = std::vector<Member>;
   const Member* choose(const Members& members, uint64_t flow_hash) const;
+  // This thread's snapshot of the members; valid until its next snapshot of any group.
+  const Members& snapshot() const;
+  // Publishes a new member list (under lock_).
+  void publish(std::shared_ptr<const Members> members);
+  // Unique across all groups, so a group created where a dead one lived never matches
+  // the dead one's cached snapshots.
+  static uint64_t next_generation();
 
   std::shared_ptr<InFlightBudget> budget_;
-  std::mutex writer_;
-  std::atomic<std::shared_ptr<const Members>> members_{std::make_shared<const Members>()};
+  // Guards members_: held by membership changes, and by a reader only when the group's
+  // generation moved since its snapshot. (Not std::atomic<std::shared_ptr>: libstdc++ 12
+  // locks it on every load all the same, and TSan cannot see that lock.)
+  mutable std::mutex lock_;
+  std::shared_ptr<const Members> members_ = std::make_shared<const Members>();
+  // The current list (under lock_), shared by the caller.
+  std::shared_ptr<const Members> current() const;
+  std::atomic<uint64_t> generation_;  // changes after every publish
 };
 
 }  // namespace espgw::pipeline

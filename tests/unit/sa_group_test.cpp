@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <map>
+#include <random>
+#include <thread>
 
 #include "pipeline/flow_hash.h"
 #include "unit/test_packets.h"
@@ -139,6 +141,39 @@ TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
   group.set_member(2, nullptr);  // same member key, new SA
   EXPECT_EQ(assign(group, kFlows), before);
   EXPECT_EQ(group.size(), 4u);
+}
+
+// Readers pick through their per-thread snapshot while a writer adds and removes a
+// member: every pick is a member that existed, and once the writer is done (the removal
+// published), no reader picks the removed member again.
+TEST(SaGroupConcurrent, PicksFollowMembershipChanges) {
+  constexpr int kMinimumPicks = 50000;
+  constexpr uint64_t kTransient = 100;
+  SaGroup group;
+  add_members(group, 4);
+  std::atomic<bool> settled{false};
+  std::atomic<int> impossible{0}, stale{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      std::mt19937_64 random(r);
+      for (int i = 0;; ++i) {
+        const bool was_settled = settled.load(std::memory_order_acquire);
+        const uint64_t key = group.pick_key(random());
+        if (key < 1 || (key > 4 && key != kTransient)) ++impossible;
+        if (was_settled && key == kTransient) ++stale;
+        if (was_settled && i >= kMinimumPicks) break;
+      }
+    });
+  }
+  for (int i = 0; i < 2000; ++i) {
+    group.set_member(kTransient, nullptr);
+    ASSERT_TRUE(group.remove_member(kTransient));
+  }
+  settled.store(true, std::memory_order_release);
+  for (auto& reader : readers) reader.join();
+  EXPECT_EQ(impossible.load(), 0);
+  EXPECT_EQ(stale.load(), 0) << "a reader kept a snapshot older than the last change";
 }
 
 }  // namespace
