@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/charon_requests.h"
 #include "vici_bridge/vici_client.h"
 
 namespace {
@@ -48,26 +49,15 @@ Message checked(Client& client, const char* command, const Message& request) {
 }
 
 Message sa_request(uint32_t spi, uint32_t reqid, bool inbound) {
-  Message m;
-  m.set("spi", uint64_t{spi});
-  m.set("src", inbound ? kPeer : kLocal);
-  m.set("dst", inbound ? kLocal : kPeer);
-  m.set("reqid", reqid);
-  m.set_bool("inbound", inbound);
-  m.set("algorithm", "aes-gcm-128");
   // A different key per SA, as charon derives them; nothing secret in a benchmark.
   std::string key(20, '\0');
   for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<char>((spi >> (i % 4 * 8)) + i);
-  m.set("key", key);
-  m.set_bool("esn", false);
-  m.set("replay-window", 32);
+  Message m = espgw::test::add_sa_request(spi, reqid, inbound, kLocal, kPeer, key);
   m.set_bool("encap", true);
   m.set("src-port", 4500);
   m.set("dst-port", 4500);
   m.set("soft-seconds", 3600);
   m.set("hard-seconds", 3960);
-  m.set_list("src-ts", {inbound ? "10.2.0.0/16" : "10.1.0.0/16"});
-  m.set_list("dst-ts", {inbound ? "10.1.0.0/16" : "10.2.0.0/16"});
   return m;
 }
 
@@ -79,26 +69,12 @@ Message sa_id(uint32_t spi, bool inbound) {
 }
 
 // One child's policies, told apart by gwB's UDP port as the scaling harness's children are.
-Message policy_request(const char* direction, uint32_t reqid, bool with_action) {
-  Message m;
+Message child_policy(const char* direction, uint32_t reqid, bool with_action) {
   const bool out = std::string(direction) == "out";
   const uint64_t port = 20000 + reqid;
-  m.set("dir", direction);
-  m.set("src-net", out ? "10.1.0.0/16" : "10.2.0.0/16");
-  m.set("src-proto", 17);
-  m.set("src-port-from", out ? 0 : port);
-  m.set("src-port-to", out ? 65535 : port);
-  m.set("dst-net", out ? "10.2.0.0/16" : "10.1.0.0/16");
-  m.set("dst-proto", 17);
-  m.set("dst-port-from", out ? port : 0);
-  m.set("dst-port-to", out ? port : 65535);
-  if (with_action) {
-    m.set("action", "protect");
-    m.set("priority-class", "default");
-    m.set("manual-priority", 0);
-    m.set("reqid", reqid);
-  }
-  return m;
+  const espgw::test::Selector lan_a{"10.1.0.0/16", 17}, lan_b{"10.2.0.0/16", 17, port, port};
+  return espgw::test::policy_request(direction, out ? lan_a : lan_b, out ? lan_b : lan_a,
+                                     with_action ? std::optional<uint32_t>(reqid) : std::nullopt);
 }
 
 double seconds_since(Clock::time_point start) {
@@ -139,7 +115,7 @@ int main(int argc, char** argv) {
       checked(client, "add-sa", sa_request(in_spi, reqid, true));
       checked(client, "add-sa", sa_request(out_spi, reqid, false));
       for (const char* direction : kDirections)
-        checked(client, "add-policy", policy_request(direction, reqid, true));
+        checked(client, "add-policy", child_policy(direction, reqid, true));
       installed.push_back({in_spi, out_spi});
     }
     const double install_seconds = seconds_since(install_start);
@@ -158,7 +134,7 @@ int main(int argc, char** argv) {
     const auto remove_start = Clock::now();
     for (uint32_t i = 0; i < children; ++i) {
       for (const char* direction : kDirections)
-        checked(client, "del-policy", policy_request(direction, i + 1, false));
+        checked(client, "del-policy", child_policy(direction, i + 1, false));
       checked(client, "del-sa", sa_id(installed[i].out_spi, false));
       checked(client, "del-sa", sa_id(installed[i].in_spi, true));
     }

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <variant>
+
+#include "support/charon_requests.h"
 
 using espgw::daemon::policy_from;
 using espgw::daemon::PolicyRequest;
@@ -20,16 +23,7 @@ namespace {
 const std::string kKey20(20, '\x42');  // AES-128 key + salt, as charon hands them over
 
 Message add_sa(bool inbound = false) {
-  Message m;
-  m.set("spi", uint64_t{0xc0001234});
-  m.set("src", inbound ? "192.0.2.2" : "192.0.2.1");
-  m.set("dst", inbound ? "192.0.2.1" : "192.0.2.2");
-  m.set("reqid", 7);
-  m.set_bool("inbound", inbound);
-  m.set("algorithm", "aes-gcm-128");
-  m.set("key", kKey20);
-  m.set_bool("esn", false);
-  m.set("replay-window", 32);
+  Message m = espgw::test::add_sa_request(0xc0001234, 7, inbound, "192.0.2.1", "192.0.2.2", kKey20);
   m.set_bool("encap", true);
   m.set("src-port", 4500);
   m.set("dst-port", 4501);
@@ -37,30 +31,15 @@ Message add_sa(bool inbound = false) {
   m.set("hard-bytes", 2000);
   m.set("soft-seconds", 3600);
   m.set("hard-seconds", 3960);
-  m.set_list("src-ts", {inbound ? "10.2.0.0/16" : "10.1.0.0/16"});
-  m.set_list("dst-ts", {inbound ? "10.1.0.0/16" : "10.2.0.0/16"});
   return m;
 }
 
 Message policy(const char* direction, bool with_action = true) {
-  Message m;
-  m.set("dir", direction);
   const bool out = std::string(direction) == "out";
-  m.set("src-net", out ? "10.1.0.0/16" : "10.2.0.0/16");
-  m.set("src-proto", 6);
-  m.set("src-port-from", 0);
-  m.set("src-port-to", 65535);
-  m.set("dst-net", out ? "10.2.0.0/16" : "10.1.0.0/16");
-  m.set("dst-proto", 6);
-  m.set("dst-port-from", 443);
-  m.set("dst-port-to", 443);
-  if (with_action) {
-    m.set("action", "protect");
-    m.set("priority-class", "default");
-    m.set("manual-priority", 0);
-    m.set("reqid", 7);
-  }
-  return m;
+  const espgw::test::Selector source{out ? "10.1.0.0/16" : "10.2.0.0/16", 6};
+  const espgw::test::Selector destination{out ? "10.2.0.0/16" : "10.1.0.0/16", 6, 443, 443};
+  return espgw::test::policy_request(direction, source, destination,
+                                     with_action ? std::optional<uint32_t>(7) : std::nullopt);
 }
 
 std::string error_of(const auto& result) {

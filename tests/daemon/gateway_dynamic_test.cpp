@@ -19,6 +19,7 @@
 #include "daemon/control_service.h"
 #include "daemon/gateway.h"
 #include "gtest/gtest.h"
+#include "support/charon_requests.h"
 #include "vici_bridge/vici_client.h"
 #include "xfrm/netlink.h"
 
@@ -258,39 +259,12 @@ class ControlSocketTest : public GatewayDynamicTest {
     return client_->request(name, request).boolean("success") == true;
   }
   static vici::Message add_sa(uint32_t spi, bool inbound, uint32_t reqid) {
-    vici::Message m;
-    m.set("spi", uint64_t{spi});
-    m.set("src", inbound ? "127.0.0.2" : "127.0.0.1");
-    m.set("dst", inbound ? "127.0.0.1" : "127.0.0.2");
-    m.set("reqid", reqid);
-    m.set_bool("inbound", inbound);
-    m.set("algorithm", "aes-gcm-128");
-    m.set("key", std::string(20, static_cast<char>(spi)));
-    m.set_bool("esn", false);
-    m.set("replay-window", 32);
-    m.set_bool("encap", false);
-    m.set_list("src-ts", {inbound ? "10.2.0.0/16" : "10.1.0.0/16"});
-    m.set_list("dst-ts", {inbound ? "10.1.0.0/16" : "10.2.0.0/16"});
-    return m;
+    return test::add_sa_request(spi, reqid, inbound, "127.0.0.1", "127.0.0.2",
+                                std::string(20, static_cast<char>(spi)));
   }
   static vici::Message out_policy(bool with_action, uint32_t reqid = 1) {
-    vici::Message m;
-    m.set("dir", "out");
-    m.set("src-net", "10.1.0.0/16");
-    m.set("src-proto", 0);
-    m.set("src-port-from", 0);
-    m.set("src-port-to", 65535);
-    m.set("dst-net", "10.2.0.0/16");
-    m.set("dst-proto", 0);
-    m.set("dst-port-from", 0);
-    m.set("dst-port-to", 65535);
-    if (with_action) {
-      m.set("action", "protect");
-      m.set("priority-class", "default");
-      m.set("manual-priority", 0);
-      m.set("reqid", reqid);
-    }
-    return m;
+    return test::policy_request("out", {"10.1.0.0/16"}, {"10.2.0.0/16"},
+                                with_action ? std::optional<uint32_t>(reqid) : std::nullopt);
   }
 
   std::string path_;
