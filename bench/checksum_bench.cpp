@@ -14,18 +14,11 @@
 
 #include "bench/collecting_reporter.h"
 #include "esp/checksum.h"
+#include "support/rfc1071_checksum.h"
 
 namespace {
 
 constexpr size_t kSizes[] = {40, 1460, 8960};  // a TCP/IP header, a segment, a jumbo segment
-
-uint32_t rfc1071_sum(uint32_t sum, const uint8_t* data, size_t length) {
-  uint64_t total = sum;
-  for (size_t i = 0; i + 1 < length; i += 2) total += (uint32_t{data[i]} << 8) | data[i + 1];
-  if (length % 2) total += uint32_t{data[length - 1]} << 8;
-  while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
-  return static_cast<uint32_t>(total);
-}
 
 std::vector<uint8_t> payload(size_t size) {
   std::vector<uint8_t> data(size);
@@ -53,7 +46,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   for (const size_t size : kSizes) {
-    benchmark::RegisterBenchmark(name("rfc1071", size).c_str(), checksum<rfc1071_sum>, size);
+    benchmark::RegisterBenchmark(name("rfc1071", size).c_str(), checksum<espgw::test::rfc1071_sum>,
+                                 size);
     benchmark::RegisterBenchmark(name("espgw", size).c_str(), checksum<espgw::esp::checksum_add>,
                                  size);
   }

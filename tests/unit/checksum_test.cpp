@@ -8,16 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "support/rfc1071_checksum.h"
+
 namespace espgw::esp {
 namespace {
-
-uint32_t reference_sum(uint32_t sum, const uint8_t* data, size_t length) {
-  uint64_t total = sum;
-  for (size_t i = 0; i + 1 < length; i += 2) total += (uint32_t{data[i]} << 8) | data[i + 1];
-  if (length % 2) total += uint32_t{data[length - 1]} << 8;
-  while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
-  return static_cast<uint32_t>(total);
-}
 
 TEST(Checksum, MatchesRfc1071AtEveryLengthAndAlignment) {
   std::mt19937_64 random(20261130);
@@ -28,7 +22,7 @@ TEST(Checksum, MatchesRfc1071AtEveryLengthAndAlignment) {
       const uint32_t start = static_cast<uint32_t>(random() % 0x10000);
       const uint8_t* data = buffer.data() + offset;
       ASSERT_EQ(checksum_finish(checksum_add(start, data, length)),
-                checksum_finish(reference_sum(start, data, length)))
+                checksum_finish(test::rfc1071_sum(start, data, length)))
           << "length " << length << " offset " << offset;
     }
   }
@@ -37,9 +31,9 @@ TEST(Checksum, MatchesRfc1071AtEveryLengthAndAlignment) {
 TEST(Checksum, AllOnesAndAllZeros) {
   std::vector<uint8_t> ones(65535, 0xFF), zeros(1500, 0);
   EXPECT_EQ(checksum_finish(checksum_add(0, ones.data(), ones.size())),
-            checksum_finish(reference_sum(0, ones.data(), ones.size())));
+            checksum_finish(test::rfc1071_sum(0, ones.data(), ones.size())));
   EXPECT_EQ(checksum_finish(checksum_add(0xFFFF, ones.data(), 64)),
-            checksum_finish(reference_sum(0xFFFF, ones.data(), 64)));
+            checksum_finish(test::rfc1071_sum(0xFFFF, ones.data(), 64)));
   EXPECT_EQ(checksum_add(0, zeros.data(), zeros.size()), 0u);
 }
 
@@ -50,7 +44,7 @@ TEST(Checksum, ChainsOverEvenLengthPieces) {
   uint32_t chained = checksum_add(0, data.data(), 40);
   chained = checksum_add(chained, data.data() + 40, 1000);
   chained = checksum_add(chained, data.data() + 1040, 460);
-  EXPECT_EQ(checksum_finish(chained), checksum_finish(reference_sum(0, data.data(), 1500)));
+  EXPECT_EQ(checksum_finish(chained), checksum_finish(test::rfc1071_sum(0, data.data(), 1500)));
 }
 
 }  // namespace
