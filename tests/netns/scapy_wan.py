@@ -78,7 +78,7 @@ def main():
     parser.add_argument("--src", required=True)
     parser.add_argument("--dst", required=True)
     parser.add_argument("--udp", action="store_true")
-    parser.add_argument("--seq", type=int, default=1000000)
+    parser.add_argument("--seq", type=int, default=3000000000)
     parser.add_argument("--ident", type=int, default=4242)
     args = parser.parse_args()
     return decrypt(args) if args.mode == "decrypt" else inject(args)

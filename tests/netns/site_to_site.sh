@@ -90,6 +90,10 @@ check_espgw_accepts_scapy() {  # scapy builds ESP in gwA's namespace; lanB must 
   local label=$1 udp=""
   [[ $2 == udp ]] && udp=--udp
   rm -f "$WORK/lanb.pcap"
+  # The sequence number must lie above everything gwA sent: iperf3 alone sends over a million
+  # packets on a fast machine, and a number below the top of gwB's window is a counted
+  # outside-window drop. 3e9 is hours of line rate away and still a 32-bit (non-ESN) number.
+  local seq=3000000000
   # Capture only the echo request scapy sends (ICMP identifier 4242) and stop at the first
   # one, so a slow start of scapy or tshark cannot end the capture before the packet comes.
   in_ns "$LANB" tshark -i eth0 -c 1 -a duration:30 -w "$WORK/lanb.pcap" \
@@ -97,7 +101,7 @@ check_espgw_accepts_scapy() {  # scapy builds ESP in gwA's namespace; lanB must 
   local capture=$!
   for _ in $(seq 1 100); do grep -q "Capturing on" "$WORK/lanb.err" && break; sleep 0.1; done
   in_ns "$GWA" /usr/bin/python3 "$HERE/scapy_wan.py" inject --spi 0x1001 --key "$KEY_AB" \
-    --src "$ADDR_A" --dst "$ADDR_B" $udp --seq 1000000 --ident 4242 >"$WORK/inject.out" 2>&1 || true
+    --src "$ADDR_A" --dst "$ADDR_B" $udp --seq "$seq" --ident 4242 >"$WORK/inject.out" 2>&1 || true
   wait "$capture" || true
   if tshark -r "$WORK/lanb.pcap" -Y 'icmp.ident == 4242 && icmp.type == 8' 2>/dev/null | grep -q .; then
     pass "$label espgw decrypted a scapy-built ESP packet and delivered it to lanB"
