@@ -18,9 +18,9 @@ TEST(PacketPool, HandsOutEveryPacketOnceThenRunsDry) {
   EXPECT_EQ(taken.size(), 8u);
   std::sort(taken.begin(), taken.end());
   EXPECT_EQ(std::unique(taken.begin(), taken.end()), taken.end());
-  EXPECT_EQ(pool.available(), 0u);
+  EXPECT_EQ(pool.count_free(), 0u);
   for (Packet* p : taken) pool.release(p);
-  EXPECT_EQ(pool.available(), 8u);
+  EXPECT_EQ(pool.count_free(), 8u);
 }
 
 TEST(PacketPool, LastReleasedIsFirstAcquired) {
@@ -65,7 +65,7 @@ TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
   }
   for (auto& t : threads) t.join();
   EXPECT_FALSE(double_owner.load());
-  EXPECT_EQ(pool.available(), kPackets);
+  EXPECT_EQ(pool.count_free(), kPackets);
   std::vector<Packet*> all;
   while (Packet* p = pool.acquire()) all.push_back(p);
   EXPECT_EQ(all.size(), kPackets) << "every packet is back on the free list";
