@@ -41,10 +41,26 @@ bool authenticated_drop(esp::DropReason reason) {
          reason != esp::DropReason::outside_window;
 }
 
+std::atomic<uint64_t> next_pipeline_id{1};
+std::atomic<uint64_t> next_thread_token{1};
+
+// Which slot this thread last used, in which pipeline (ids are never reused, so a new
+// pipeline at a freed one's address is not mistaken for it).
+struct SlotCache {
+  uint64_t pipeline = 0;
+  void* slot = nullptr;  // nullptr with a pipeline id: every slot was taken
+};
+
+uint64_t this_thread_token() {
+  thread_local const uint64_t token = next_thread_token.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
+
 }  // namespace
 
 Pipeline::Pipeline(PipelineConfig config)
     : config_(std::move(config)),
+      id_(next_pipeline_id.fetch_add(1, std::memory_order_relaxed)),
       pool_(config_.pool_packets, config_.packet_capacity),
       work_(config_.pool_packets) {
   if (config_.pool_packets == 0 || config_.max_in_flight_per_sa == 0 ||
@@ -52,6 +68,7 @@ Pipeline::Pipeline(PipelineConfig config)
     throw std::invalid_argument("pipeline: pool, in-flight and reorder sizes must be positive");
   const unsigned count = config_.run_to_completion ? 0 : resolve_worker_count(config_.workers);
   worker_state_ = std::make_unique<WorkerState[]>(count);
+  if (config_.run_to_completion) slots_ = std::make_unique<SubmitterSlot[]>(kSubmitterSlots);
   workers_.reserve(count);
   for (unsigned i = 0; i < count; ++i) {
     workers_.emplace_back([this, i] { worker_loop(i); });
@@ -134,14 +151,57 @@ bool Pipeline::remove_inbound(uint32_t spi) {
   return true;
 }
 
+Pipeline::SubmitterSlot* Pipeline::own_slot(bool claim) {
+  thread_local SlotCache cache;
+  if (cache.pipeline == id_) return static_cast<SubmitterSlot*>(cache.slot);
+  const uint64_t token = this_thread_token();
+  SubmitterSlot* found = nullptr;
+  for (size_t i = 0; i < kSubmitterSlots && !found; ++i)
+    if (slots_[i].owner.load(std::memory_order_relaxed) == token) found = &slots_[i];
+  if (!found && !claim) return nullptr;  // never submitted here: nothing of ours waits
+  for (size_t i = 0; i < kSubmitterSlots && !found; ++i) {
+    uint64_t free = 0;
+    if (slots_[i].owner.compare_exchange_strong(free, token, std::memory_order_acq_rel))
+      found = &slots_[i];
+  }
+  cache = {id_, found};
+  return found;
+}
+
+size_t Pipeline::take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch) {
+  const uint32_t count = slot.count.load(std::memory_order_acquire);
+  std::copy_n(slot.packets.begin(), count, batch.begin());
+  // After the caller announced itself in assisting_: idle() that sees the slot empty also
+  // sees the packets being processed.
+  if (count != 0) slot.count.store(0, std::memory_order_release);
+  return count;
+}
+
 void Pipeline::enqueue(Packet* packet) {
-  // Cannot fail: the queue's capacity is at least the pool's size.
-  while (!work_.try_push(packet)) std::this_thread::yield();
   if (config_.run_to_completion) {
-    // Keep what waits for this thread to a batch: the queue bounds latency, not the pool.
+    // The packet waits in this thread's own batch: no shared queue, no locked instruction.
+    // A full batch is processed right away, so the batch bounds the latency, not the pool.
+    SubmitterSlot* slot = own_slot(true);
+    if (slot != nullptr) {
+      uint32_t count = slot->count.load(std::memory_order_relaxed);
+      // Full with what a sink submitted while this thread processed the last batch.
+      if (count == kWorkerBatch && process_queued(false))
+        count = slot->count.load(std::memory_order_relaxed);
+      if (count < kWorkerBatch) {
+        slot->packets[count] = packet;
+        slot->count.store(count + 1, std::memory_order_release);
+        if (count + 1 == kWorkerBatch) process_queued(false);
+        return;
+      }
+      // Still full: this thread is inside processing (a sink that submits). The shared
+      // queue takes the packet, and the processing loop drains that too.
+    }
+    while (!work_.try_push(packet)) std::this_thread::yield();
     if (work_.size_approx() >= kWorkerBatch) process_queued(false);
     return;
   }
+  // Cannot fail: the queue's capacity is at least the pool's size.
+  while (!work_.try_push(packet)) std::this_thread::yield();
   // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
   // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
@@ -158,18 +218,22 @@ void Pipeline::complete_submitted() {
   if (config_.run_to_completion) process_queued(true);
 }
 
-bool Pipeline::process_queued(bool until_empty) {
+bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   // A sink may submit (a loopback, a forwarder): never nest. The outer call, looping
   // until the queue is empty, takes what the sink submitted.
   thread_local bool inside = false;
   if (inside) return false;
   inside = true;
   assisting_.fetch_add(1, std::memory_order_seq_cst);
+  SubmitterSlot* own = slots_ ? own_slot(false) : nullptr;
   std::array<Packet*, kWorkerBatch> batch;
   bool any = false;
   do {
-    size_t count = 0;
-    while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
+    size_t count = own ? take_slot(*own, batch) : 0;
+    for (size_t i = 0; every_slot && slots_ && count == 0 && i < kSubmitterSlots; ++i)
+      count = take_slot(slots_[i], batch);
+    if (count == 0)
+      while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
     if (count == 0) break;
     process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
     any = true;
@@ -337,6 +401,9 @@ void Pipeline::worker_loop(unsigned index) {
 }
 
 bool Pipeline::idle() const {
+  if (slots_)
+    for (size_t i = 0; i < kSubmitterSlots; ++i)
+      if (slots_[i].count.load(std::memory_order_acquire) != 0) return false;
   if (work_.size_approx() != 0 || assisting_.load(std::memory_order_seq_cst) != 0) return false;
   for (size_t i = 0; i < workers_.size(); ++i)
     if (worker_state_[i].busy.load(std::memory_order_seq_cst)) return false;
@@ -344,9 +411,10 @@ bool Pipeline::idle() const {
 }
 
 void Pipeline::wait_idle() {
-  // Run to completion has no worker to wait for: whoever waits does the work.
+  // Run to completion has no worker to wait for: whoever waits does the work, including
+  // what stopped submitters left in their slots (they no longer touch them).
   while (!idle()) {
-    if (!config_.run_to_completion || !process_queued(true)) std::this_thread::yield();
+    if (!config_.run_to_completion || !process_queued(true, true)) std::this_thread::yield();
   }
 }
 

@@ -14,6 +14,7 @@
 // they take a sequence number) and reorder_capacity sequence numbers held inbound.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,6 +51,7 @@ struct PipelineConfig {
   // VPP does. Where a gateway has about one free core, handing every packet to a worker
   // only adds wake-ups and context switches; ordering is unchanged (sequence numbers
   // are still taken at submit, and the reorder buffers still release in order).
+  // A submitting thread's packets wait in a batch of its own, not in the shared queue.
   bool run_to_completion = false;
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
@@ -99,13 +101,15 @@ class Pipeline {
   // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
   esp::DropReason submit_inbound(Packet* packet);
 
-  // Run to completion: processes every packet submitted so far (by any thread), in this
-  // thread. A submitting thread calls it after each batch it read, and before it waits for
-  // a free packet. With worker threads it does nothing: they take the packets.
+  // Run to completion: processes, in this thread, every packet this thread submitted so far
+  // and whatever waits in the shared queue. A submitting thread must call it after each
+  // batch it read and before it waits for anything: until then its packets wait for it.
+  // With worker threads it does nothing: they take the packets.
   void complete_submitted();
 
-  // Blocks until every submitted packet has been processed by a worker (tests, shutdown).
-  // Only meaningful once the submitting threads have stopped.
+  // Blocks until every submitted packet has been processed (tests, shutdown). Only
+  // meaningful once the submitting threads have stopped; without workers it processes
+  // what they left uncompleted.
   void wait_idle();
   // No packet queued and no worker processing one.
   bool idle() const;
@@ -123,7 +127,22 @@ class Pipeline {
     std::atomic<uint64_t> wakeups{0};
   };
 
+  // Run to completion: the packets one submitting thread has not completed yet. Only the
+  // owner writes `packets` and `count` (a plain store, no locked instruction per packet);
+  // idle() and wait_idle() read `count`. A thread that finds every slot taken uses the
+  // shared queue instead.
+  struct alignas(64) SubmitterSlot {
+    std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
+    std::atomic<uint32_t> count{0};
+    std::array<Packet*, kWorkerBatch> packets{};
+  };
+  static constexpr size_t kSubmitterSlots = 64;
+
   void enqueue(Packet* packet);
+  // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
+  SubmitterSlot* own_slot(bool claim);
+  // Moves a slot's packets into `batch`, returns how many.
+  static size_t take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch);
   void worker_loop(unsigned index);
   void process_batch(Packet* const* batch, size_t count, unsigned worker);
   void schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel);
@@ -131,6 +150,7 @@ class Pipeline {
   void timer_loop();
 
   PipelineConfig config_;
+  const uint64_t id_;  // distinguishes pipelines in each thread's cache of its slot
   PacketPool pool_;
   MpmcQueue<Packet*> work_;
   esp::EngineCounters engine_counters_;
@@ -138,9 +158,10 @@ class Pipeline {
 
   void wake_one_worker();
   void assist();
-  // Pops and processes batches in the calling thread; at most one batch unless
-  // `until_empty`. Returns whether there was anything to do.
-  bool process_queued(bool until_empty);
+  // Processes batches in the calling thread, from its own slot and the shared queue (and,
+  // with `every_slot`, from every thread's slot: only once submitters have stopped); at
+  // most one batch unless `until_empty`. Returns whether there was anything to do.
+  bool process_queued(bool until_empty, bool every_slot = false);
 
   // Idle workers sleep on `wake_`. Producers touch it only when someone sleeps, and only
   // one wake-up is in flight at a time (`wake_pending_`): a burst of packets costs one
@@ -152,6 +173,7 @@ class Pipeline {
   std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;
+  std::unique_ptr<SubmitterSlot[]> slots_;  // run to completion only
   std::vector<std::thread> workers_;
 
   std::mutex timer_mutex_;

@@ -349,6 +349,48 @@ class GatedSink final : public PacketSink {
   std::atomic<size_t> delivered{0};
 };
 
+// Run to completion keeps each submitting thread's packets in a slot of its own. Threads
+// that stop without completing them leave them to wait_idle(), and threads beyond the
+// slots use the shared queue; either way every packet leaves, in sequence order, and
+// returns to the pool.
+TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSlots) {
+  constexpr int kThreads = 80;  // more than Pipeline's 64 submitter slots
+  constexpr int kPerThread = 5;
+  PipelineConfig config;
+  config.run_to_completion = true;
+  config.pool_packets = 1024;
+  config.max_in_flight_per_sa = 1024;
+  RecordingSink sink(false);
+  {
+    Pipeline pipeline(config);
+    auto sa = std::make_shared<esp::OutboundSa>(
+        test::make_sa_config(AeadAlgorithm::aes_gcm_128, 0, false, false, 0x300),
+        crypto::ipsec_mb_backend());
+    auto channel = pipeline.make_outbound(sa, sink);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          Packet* p = acquire_blocking(pipeline);
+          ASSERT_TRUE(p->buffer.assign(tagged_packet(t, i)));
+          ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit),
+                    esp::DropReason::none);
+        }
+        // No complete_submitted(): the packets wait for this thread, which stops.
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_FALSE(pipeline.idle()) << "packets left in a stopped thread's slot count as work";
+    pipeline.wait_idle();
+    EXPECT_TRUE(pipeline.idle());
+    EXPECT_EQ(sink.count(), size_t{kThreads} * kPerThread);
+    EXPECT_EQ(pipeline.pool().count_free(), config.pool_packets);
+  }
+  const auto& seen = sink.sequence_;
+  ASSERT_EQ(seen.size(), size_t{kThreads} * kPerThread);
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
+  EXPECT_FALSE(sink.overlapped());
+}
+
 TEST(PipelineConcurrent, APacketLeftBehindAGapWhileAnotherWorkerDeliversIsReported) {
   constexpr uint64_t kHoldNs = 1'000'000'000;  // never expires during the test
   PacketPool pool(4, 64);
