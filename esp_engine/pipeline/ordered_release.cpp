@@ -48,7 +48,7 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
       }
       if (delivering_.empty()) break;
       sink.deliver(delivering_);
-      for (Packet* p : delivering_) pool.release(p);
+      pool.release(std::span<Packet* const>(delivering_));
       delivered_.fetch_add(delivering_.size(), std::memory_order_release);
       if (shared_in_flight_)
         shared_in_flight_->fetch_sub(delivering_.size(), std::memory_order_relaxed);

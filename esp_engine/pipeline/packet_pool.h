@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "pipeline/packet.h"
@@ -58,6 +59,27 @@ class PacketPool {
       next_[index].store(index_of(head), std::memory_order_relaxed);
       if (head_.compare_exchange_weak(head, pack(index, tag_of(head) + 1),
                                       std::memory_order_release, std::memory_order_relaxed))
+        return;
+    }
+  }
+
+  // Returns a delivered batch with one compare-exchange: the packets are linked into a
+  // chain first, and the chain goes onto the stack at once (the last one released is the
+  // first handed out again, as with single releases).
+  void release(std::span<Packet* const> batch) {
+    if (batch.empty()) return;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i]->clear_references();
+      if (i + 1 < batch.size())
+        next_[batch[i + 1]->pool_index].store(batch[i]->pool_index, std::memory_order_relaxed);
+    }
+    const uint32_t bottom = batch.front()->pool_index;
+    const uint32_t top = batch.back()->pool_index;
+    uint64_t head = head_.load(std::memory_order_relaxed);
+    for (;;) {
+      next_[bottom].store(index_of(head), std::memory_order_relaxed);
+      if (head_.compare_exchange_weak(head, pack(top, tag_of(head) + 1), std::memory_order_release,
+                                      std::memory_order_relaxed))
         return;
     }
   }

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <thread>
+#include <vector>
 
 namespace espgw::pipeline {
 namespace {
@@ -33,6 +35,22 @@ TEST(PacketPool, LastReleasedIsFirstAcquired) {
   EXPECT_EQ(pool.acquire(), a);
 }
 
+TEST(PacketPool, ABatchReleaseIsLikeReleasingEachInTurn) {
+  PacketPool pool(6, 64);
+  Packet* kept = pool.acquire();
+  std::vector<Packet*> batch;
+  for (int i = 0; i < 4; ++i) batch.push_back(pool.acquire());
+  pool.release(kept);
+  pool.release(std::span<Packet* const>(batch));
+  EXPECT_EQ(pool.count_free(), 6u);
+  // Last released first: the batch from its end, then what was free before it.
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) EXPECT_EQ(pool.acquire(), *it);
+  EXPECT_EQ(pool.acquire(), kept);
+  pool.release(std::span<Packet* const>{});  // an empty batch changes nothing
+  EXPECT_NE(pool.acquire(), nullptr);
+  EXPECT_EQ(pool.acquire(), nullptr);
+}
+
 TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
   constexpr size_t kPackets = 64;
   constexpr int kThreads = 4, kRounds = 100000;
@@ -50,6 +68,10 @@ TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
             if (owners[p->pool_index].fetch_add(1) != 0) double_owner = true;
             held.push_back(p);
           }
+        } else if (held.size() >= 3 && rng() % 4 == 0) {  // a delivered batch at once
+          for (Packet* p : held) owners[p->pool_index].fetch_sub(1);
+          pool.release(std::span<Packet* const>(held));
+          held.clear();
         } else {
           Packet* p = held.back();
           held.pop_back();
