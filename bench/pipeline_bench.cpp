@@ -458,6 +458,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
   benchmark::IterationCount iteration = 0;
   bool failed = false;
 
+  pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
   auto wait_start = [] { return std::chrono::steady_clock::now(); };
   // Summing the drop counters walks every SA, so only when the cheap bound says "full".
   auto feeder_has_room = [&] {

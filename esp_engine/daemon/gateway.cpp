@@ -615,6 +615,7 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
 
 void Gateway::tun_reader(unsigned queue) {
   const int fd = tun_->fd(queue);
+  pipeline_->hand_over_in_batches();  // completes after every read, as readers must
   while (running_.load(std::memory_order_relaxed)) {
     pipeline::Packet* packet = pipeline_->acquire();
     if (!packet) {  // backpressure: every packet is in flight
@@ -644,6 +645,7 @@ void Gateway::tun_reader_offload(unsigned queue) {
   // buffer, cut TCP super-packets into MSS-sized segments (completing checksums the
   // kernel left partial), and copy each segment into a pipeline packet.
   const int fd = tun_->fd(queue);
+  pipeline_->hand_over_in_batches();  // a super-packet's segments reach a worker together
   io::TsoSegmenter segmenter;
   std::vector<uint8_t> frame(io::VnetHeader::kSize + 65536);
   while (running_.load(std::memory_order_relaxed)) {
@@ -680,6 +682,7 @@ void Gateway::wan_reader(io::WanSocket* socket) {
   std::array<pipeline::Packet*, kWanBatch> packets{};
   std::array<io::Datagram, kWanBatch> datagrams{};
   size_t have = 0;
+  pipeline_->hand_over_in_batches();  // a recvmmsg batch reaches a worker together
   while (running_.load(std::memory_order_relaxed)) {
     while (have < kWanBatch) {
       pipeline::Packet* packet = pipeline_->acquire();

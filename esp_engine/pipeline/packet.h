@@ -30,6 +30,10 @@ struct Packet {
   esp::PreparedDecap decap;
   uint64_t arrival_ns = 0;  // when it entered a reorder buffer (hold-time accounting)
   uint32_t pool_index = 0;  // set once by the pool that owns the packet
+  // A batch handed to the workers as one queue entry: its first packet carries the
+  // length, and each packet links to the next.
+  Packet* batch_next = nullptr;
+  uint32_t batch_length = 1;
 
   void clear_references() {
     outbound.reset();

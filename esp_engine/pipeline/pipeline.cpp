@@ -48,7 +48,8 @@ std::atomic<uint64_t> next_thread_token{1};
 // pipeline at a freed one's address is not mistaken for it).
 struct SlotCache {
   uint64_t pipeline = 0;
-  void* slot = nullptr;  // nullptr with a pipeline id: every slot was taken
+  void* slot = nullptr;  // nullptr: this thread has no slot in that pipeline
+  bool settled = false;  // with nullptr: a claim failed (every slot was taken)
 };
 
 uint64_t this_thread_token() {
@@ -68,7 +69,7 @@ Pipeline::Pipeline(PipelineConfig config)
     throw std::invalid_argument("pipeline: pool, in-flight and reorder sizes must be positive");
   const unsigned count = config_.run_to_completion ? 0 : resolve_worker_count(config_.workers);
   worker_state_ = std::make_unique<WorkerState[]>(count);
-  if (config_.run_to_completion) slots_ = std::make_unique<SubmitterSlot[]>(kSubmitterSlots);
+  slots_ = std::make_unique<SubmitterSlot[]>(kSubmitterSlots);
   workers_.reserve(count);
   for (unsigned i = 0; i < count; ++i) {
     workers_.emplace_back([this, i] { worker_loop(i); });
@@ -102,6 +103,10 @@ Packet* Pipeline::acquire() {
   // pool once this thread has processed them.
   if (config_.run_to_completion && process_queued(true))
     if (Packet* packet = pool_.acquire()) return packet;
+  // With workers: a batch this thread has not handed over yet would never come back.
+  if (!config_.run_to_completion)
+    if (SubmitterSlot* slot = own_slot(false); slot && hand_over(*slot))
+      if (Packet* packet = pool_.acquire()) return packet;
   relieve_pressure();
   return pool_.acquire();
 }
@@ -153,19 +158,69 @@ bool Pipeline::remove_inbound(uint32_t spi) {
 
 Pipeline::SubmitterSlot* Pipeline::own_slot(bool claim) {
   thread_local SlotCache cache;
-  if (cache.pipeline == id_) return static_cast<SubmitterSlot*>(cache.slot);
+  if (cache.pipeline == id_ && (cache.slot != nullptr || cache.settled || !claim))
+    return static_cast<SubmitterSlot*>(cache.slot);
   const uint64_t token = this_thread_token();
   SubmitterSlot* found = nullptr;
   for (size_t i = 0; i < kSubmitterSlots && !found; ++i)
     if (slots_[i].owner.load(std::memory_order_relaxed) == token) found = &slots_[i];
-  if (!found && !claim) return nullptr;  // never submitted here: nothing of ours waits
-  for (size_t i = 0; i < kSubmitterSlots && !found; ++i) {
+  for (size_t i = 0; claim && i < kSubmitterSlots && !found; ++i) {
     uint64_t free = 0;
     if (slots_[i].owner.compare_exchange_strong(free, token, std::memory_order_acq_rel))
       found = &slots_[i];
   }
-  cache = {id_, found};
+  cache = {id_, found, claim && !found};
   return found;
+}
+
+void Pipeline::hand_over_in_batches() {
+  if (!config_.run_to_completion) own_slot(true);  // without workers every submitter has one
+}
+
+void Pipeline::push_batch(Packet* const* packets, size_t count) {
+  for (size_t i = 0; i + 1 < count; ++i) packets[i]->batch_next = packets[i + 1];
+  packets[count - 1]->batch_next = nullptr;
+  packets[0]->batch_length = static_cast<uint32_t>(count);
+  // Cannot fail: the queue's capacity is at least the pool's size.
+  while (!work_.try_push(packets[0])) std::this_thread::yield();
+}
+
+size_t Pipeline::pop_batch(std::array<Packet*, kWorkerBatch>& batch) {
+  size_t count = 0;
+  Packet* head = nullptr;
+  while (count < kWorkerBatch && work_.try_pop(head)) {
+    const uint32_t length = head->batch_length;
+    uint32_t taken = 0;
+    Packet* packet = head;
+    for (; packet != nullptr && count < kWorkerBatch; packet = packet->batch_next, ++taken)
+      batch[count++] = packet;
+    if (packet != nullptr) {  // more than fits: the rest goes back as a batch of its own
+      packet->batch_length = length - taken;
+      while (!work_.try_push(packet)) std::this_thread::yield();
+      break;
+    }
+  }
+  return count;
+}
+
+bool Pipeline::hand_over(SubmitterSlot& slot) {
+  const uint32_t count = slot.count.load(std::memory_order_acquire);
+  if (count == 0) return false;
+  push_batch(slot.packets.data(), count);
+  // Only now: idle() that sees the slot empty sees the batch in the queue.
+  slot.count.store(0, std::memory_order_release);
+  after_push();
+  return true;
+}
+
+void Pipeline::after_push() {
+  // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
+  // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
+  // Counted in queue entries: a reader's batch or a single packet.
+  if (config_.submitter_assist_threshold != 0 &&
+      work_.size_approx() > config_.submitter_assist_threshold)
+    assist();
 }
 
 size_t Pipeline::take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch) {
@@ -196,18 +251,22 @@ void Pipeline::enqueue(Packet* packet) {
       // Still full: this thread is inside processing (a sink that submits). The shared
       // queue takes the packet, and the processing loop drains that too.
     }
-    while (!work_.try_push(packet)) std::this_thread::yield();
+    push_batch(&packet, 1);
     if (work_.size_approx() >= kWorkerBatch) process_queued(false);
     return;
   }
-  // Cannot fail: the queue's capacity is at least the pool's size.
-  while (!work_.try_push(packet)) std::this_thread::yield();
-  // Pairs with the sleeper's increment of sleepers_ before its last look at the queue
-  // (all seq_cst, see MpmcQueue::try_push): either it sees this packet or we see it.
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_one_worker();
-  if (config_.submitter_assist_threshold != 0 &&
-      work_.size_approx() > config_.submitter_assist_threshold)
-    assist();
+  // With workers, a reader (hand_over_in_batches) collects its packets and hands them
+  // over as one queue entry when it completes its read batch or has a full one: one
+  // compare-exchange and one cache line moving to a worker per batch, not per packet.
+  if (SubmitterSlot* slot = own_slot(false)) {
+    const uint32_t count = slot->count.load(std::memory_order_relaxed);
+    slot->packets[count] = packet;
+    slot->count.store(count + 1, std::memory_order_release);
+    if (count + 1 == kWorkerBatch) hand_over(*slot);
+    return;
+  }
+  push_batch(&packet, 1);
+  after_push();
 }
 
 void Pipeline::assist() {
@@ -215,7 +274,10 @@ void Pipeline::assist() {
 }
 
 void Pipeline::complete_submitted() {
-  if (config_.run_to_completion) process_queued(true);
+  if (config_.run_to_completion)
+    process_queued(true);
+  else if (SubmitterSlot* slot = own_slot(false))
+    hand_over(*slot);
 }
 
 bool Pipeline::process_queued(bool until_empty, bool every_slot) {
@@ -225,15 +287,15 @@ bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   if (inside) return false;
   inside = true;
   assisting_.fetch_add(1, std::memory_order_seq_cst);
-  SubmitterSlot* own = slots_ ? own_slot(false) : nullptr;
+  // With workers, a reader's own batch goes to them (hand_over); here only the queue.
+  SubmitterSlot* own = config_.run_to_completion ? own_slot(false) : nullptr;
   std::array<Packet*, kWorkerBatch> batch;
   bool any = false;
   do {
     size_t count = own ? take_slot(*own, batch) : 0;
-    for (size_t i = 0; every_slot && slots_ && count == 0 && i < kSubmitterSlots; ++i)
+    for (size_t i = 0; every_slot && count == 0 && i < kSubmitterSlots; ++i)
       count = take_slot(slots_[i], batch);
-    if (count == 0)
-      while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
+    if (count == 0) count = pop_batch(batch);
     if (count == 0) break;
     process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
     any = true;
@@ -367,8 +429,7 @@ void Pipeline::worker_loop(unsigned index) {
   for (;;) {
     state.busy.store(true, std::memory_order_seq_cst);
     for (;;) {
-      size_t count = 0;
-      while (count < kWorkerBatch && work_.try_pop(batch[count])) ++count;
+      const size_t count = pop_batch(batch);
       if (count == 0) break;
       process_batch(batch.data(), count, index);
       packets += count;
@@ -401,9 +462,8 @@ void Pipeline::worker_loop(unsigned index) {
 }
 
 bool Pipeline::idle() const {
-  if (slots_)
-    for (size_t i = 0; i < kSubmitterSlots; ++i)
-      if (slots_[i].count.load(std::memory_order_acquire) != 0) return false;
+  for (size_t i = 0; i < kSubmitterSlots; ++i)
+    if (slots_[i].count.load(std::memory_order_acquire) != 0) return false;
   if (work_.size_approx() != 0 || assisting_.load(std::memory_order_seq_cst) != 0) return false;
   for (size_t i = 0; i < workers_.size(); ++i)
     if (worker_state_[i].busy.load(std::memory_order_seq_cst)) return false;
@@ -414,7 +474,13 @@ void Pipeline::wait_idle() {
   // Run to completion has no worker to wait for: whoever waits does the work, including
   // what stopped submitters left in their slots (they no longer touch them).
   while (!idle()) {
-    if (!config_.run_to_completion || !process_queued(true, true)) std::this_thread::yield();
+    if (config_.run_to_completion) {
+      if (!process_queued(true, true)) std::this_thread::yield();
+      continue;
+    }
+    bool handed = false;
+    for (size_t i = 0; i < kSubmitterSlots; ++i) handed = hand_over(slots_[i]) || handed;
+    if (!handed) std::this_thread::yield();
   }
 }
 

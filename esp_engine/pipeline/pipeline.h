@@ -101,11 +101,17 @@ class Pipeline {
   // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
   esp::DropReason submit_inbound(Packet* packet);
 
-  // Run to completion: processes, in this thread, every packet this thread submitted so far
-  // and whatever waits in the shared queue. A submitting thread must call it after each
-  // batch it read and before it waits for anything: until then its packets wait for it.
-  // With worker threads it does nothing: they take the packets.
+  // The end of a read batch. Run to completion: processes, in this thread, every packet
+  // this thread submitted so far and whatever waits in the shared queue. With workers:
+  // hands this thread's batch to them, if it collects one (hand_over_in_batches). A
+  // submitting thread must call it after each batch it read and before it waits for
+  // anything: until then its packets wait for it.
   void complete_submitted();
+  // Makes the calling thread a reader whose packets reach the workers in batches (at
+  // complete_submitted(), or 32 at a time) instead of one queue entry each. Only for a
+  // thread that keeps complete_submitted()'s contract; a sink that submits must not.
+  // Without workers every submitting thread already batches.
+  void hand_over_in_batches();
 
   // Blocks until every submitted packet has been processed (tests, shutdown). Only
   // meaningful once the submitting threads have stopped; without workers it processes
@@ -127,10 +133,10 @@ class Pipeline {
     std::atomic<uint64_t> wakeups{0};
   };
 
-  // Run to completion: the packets one submitting thread has not completed yet. Only the
-  // owner writes `packets` and `count` (a plain store, no locked instruction per packet);
-  // idle() and wait_idle() read `count`. A thread that finds every slot taken uses the
-  // shared queue instead.
+  // The packets one submitting thread has not completed (run to completion) or handed over
+  // (a reader, with workers) yet. Only the owner writes `packets` and `count` (a plain
+  // store, no locked instruction per packet); idle() and wait_idle() read `count`. A
+  // thread that finds every slot taken uses the shared queue instead.
   struct alignas(64) SubmitterSlot {
     std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
     std::atomic<uint32_t> count{0};
@@ -143,6 +149,15 @@ class Pipeline {
   SubmitterSlot* own_slot(bool claim);
   // Moves a slot's packets into `batch`, returns how many.
   static size_t take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch);
+  // Pushes a slot's packets to the workers as one queue entry; false if it was empty.
+  bool hand_over(SubmitterSlot& slot);
+  // Links packets into one queue entry and pushes it.
+  void push_batch(Packet* const* packets, size_t count);
+  // Pops queue entries into `batch`, up to kWorkerBatch packets (the rest of an entry
+  // that does not fit goes back to the queue).
+  size_t pop_batch(std::array<Packet*, kWorkerBatch>& batch);
+  // After a push with workers: wake one if any sleeps, help if the queue is long.
+  void after_push();
   void worker_loop(unsigned index);
   void process_batch(Packet* const* batch, size_t count, unsigned worker);
   void schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel);
@@ -173,7 +188,7 @@ class Pipeline {
   std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;
-  std::unique_ptr<SubmitterSlot[]> slots_;  // run to completion only
+  std::unique_ptr<SubmitterSlot[]> slots_;
   std::vector<std::thread> workers_;
 
   std::mutex timer_mutex_;

@@ -127,6 +127,8 @@ void run_outbound(bool run_to_completion) {
       producers.emplace_back([&, t] {
         // Each producer gets kPerProducerPerSa packets accepted on every SA; a refusal
         // (queue-full, counted) makes it back off briefly, like a reader that drops.
+        // Like the daemon's readers, it hands its packets to the workers in batches.
+        pipeline.hand_over_in_batches();
         std::vector<int> done(kSas, 0);
         for (int remaining = kSas; remaining > 0;) {
           remaining = 0;
@@ -250,6 +252,7 @@ void run_inbound(const InboundScenario& scenario) {
   std::vector<std::thread> readers;
   for (int r = 0; r < 2; ++r) {
     readers.emplace_back([&, r] {
+      pipeline->hand_over_in_batches();  // completes every read batch below
       std::vector<size_t> position(kSas, 0);
       for (bool more = true; more;) {
         more = false;
@@ -387,6 +390,51 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
   }
   const auto& seen = sink.sequence_;
   ASSERT_EQ(seen.size(), size_t{kThreads} * kPerThread);
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
+  EXPECT_FALSE(sink.overlapped());
+}
+
+// With workers, a reader's packets reach them a batch at a time: a full batch (32) at
+// once, the rest when the reader completes its read batch, and what a stopped reader left
+// when someone waits for the pipeline to go idle.
+TEST(PipelineConcurrent, WorkersTakeAReadersPacketsABatchAtATime) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 256;
+  config.max_in_flight_per_sa = 256;
+  RecordingSink sink(false);
+  {
+    Pipeline pipeline(config);
+    auto sa = std::make_shared<esp::OutboundSa>(
+        test::make_sa_config(AeadAlgorithm::aes_gcm_128, 0, false, false, 0x400),
+        crypto::ipsec_mb_backend());
+    auto channel = pipeline.make_outbound(sa, sink);
+    auto submit = [&](int first, int count) {
+      for (int i = first; i < first + count; ++i) {
+        Packet* p = acquire_blocking(pipeline);
+        ASSERT_TRUE(p->buffer.assign(tagged_packet(0, i)));
+        ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit),
+                  esp::DropReason::none);
+      }
+    };
+    std::thread reader([&] {
+      pipeline.hand_over_in_batches();
+      submit(0, 40);
+      ASSERT_TRUE(wait_for([&] { return sink.count() == 32; }, std::chrono::seconds(10)));
+      // Nobody but this thread can hand over the other 8 before it completes its batch.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_EQ(sink.count(), 32u);
+      EXPECT_FALSE(pipeline.idle());
+      pipeline.complete_submitted();
+      ASSERT_TRUE(wait_for([&] { return sink.count() == 40; }, std::chrono::seconds(10)));
+      submit(40, 5);  // and stops without completing
+    });
+    reader.join();
+    pipeline.wait_idle();
+    EXPECT_EQ(sink.count(), 45u);
+  }
+  const auto& seen = sink.sequence_;
+  ASSERT_EQ(seen.size(), 45u);
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
   EXPECT_FALSE(sink.overlapped());
 }
