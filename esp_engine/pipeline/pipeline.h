@@ -8,6 +8,8 @@
 //                    -> any worker verifies and decrypts, commits the replay window
 //                    -> the SA's reorder buffer releases by sequence number
 //
+// A reader's packets enter the queue as one entry per read batch (hand_over_in_batches);
+// without workers they never enter it (run_to_completion: each submitter's own batch).
 // Memory is bounded by the packet pool: the work queue can hold every packet, so a push
 // never fails, and when the pool is empty acquire() returns nullptr and the reader stops.
 // Per-SA bounds: max_in_flight packets outbound (more are dropped as queue-full before
@@ -41,10 +43,10 @@ struct PipelineConfig {
   size_t max_in_flight_per_sa = 512;             // outbound packets between submit and delivery
   size_t reorder_capacity = 512;                 // inbound sequence numbers held per SA
   std::chrono::microseconds reorder_hold{1000};  // longest wait for a missing packet
-  // When more packets than this wait in the work queue, the submitting thread processes a
-  // batch itself before returning. On a machine with fewer free cores than workers (a
-  // small VM, or a reader sharing a core), handing every packet to another thread costs a
-  // context switch; helping keeps the queue short and the latency low. 0 disables it.
+  // When more entries than this (a reader's batch or one packet) wait in the work queue, the
+  // submitting thread processes a batch itself before returning. On a machine with fewer free cores
+  // than workers (a small VM, or a reader sharing a core), handing every packet to another thread
+  // costs a context switch; helping keeps the queue short and the latency low. 0 disables it.
   size_t submitter_assist_threshold = 64;
   // No worker threads: each submitting thread does the crypto of what it submitted when it
   // calls complete_submitted() (and whenever a batch's worth waits), run to completion as
