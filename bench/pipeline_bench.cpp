@@ -26,6 +26,10 @@
 //                                    the inbound sink, so the timed region covers all work.
 //                                    S = 1 (a group of one SA) or 64 (a group of 64, 1024
 //                                    flows); W = 1..hardware_concurrency().
+//   handoff/cache_line_round_trip/{before,after}_pipeline
+//                                    one cache line bounced between two threads, before
+//                                    and after the pipeline cases: what a hand-off to a
+//                                    worker costs on this machine right now (see below).
 //   reorder/{inbound,outbound}/{in_order,shuffled64}
 //                                    ReorderBuffer alone, one thread, insert + release per
 //                                    packet as OrderedRelease does: indexes in order, or
@@ -263,6 +267,34 @@ void raw_roundtrip(benchmark::State& state) {
       1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.counters["Gbps"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * kInner * 8 / 1e9, benchmark::Counter::kIsRate);
+}
+
+// ---------------------------------------------------------------------------------------
+// Hand-off baseline: one cache line bounced between two threads (an iteration is a round
+// trip). Handing a packet to a worker and getting it back moves lines like this, and on
+// this project's VMs the cost depends on where the host runs the two vCPUs: ~75-110 ns
+// per round trip when they share a cache, ~360-380 ns when they do not, and it changes
+// while a benchmark runs. So it is measured before and after the pipeline cases, and the
+// worker cases are read against it.
+
+void handoff_round_trip(benchmark::State& state) {
+  alignas(64) std::atomic<int> turn{0};  // 1: the partner's move, 0: ours, -1: stop
+  std::thread partner([&turn] {
+    for (;;) {
+      int seen;
+      while ((seen = turn.load(std::memory_order_acquire)) == 0) {
+      }
+      if (seen < 0) return;
+      turn.store(0, std::memory_order_release);
+    }
+  });
+  for (auto _ : state) {
+    turn.store(1, std::memory_order_release);
+    while (turn.load(std::memory_order_acquire) != 0) {
+    }
+  }
+  turn.store(-1, std::memory_order_release);
+  partner.join();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -636,6 +668,8 @@ void reorder_bench(benchmark::State& state, bool shuffled, uint64_t hold_ns) {
 // Registration, the collecting reporter and the summary.
 
 const std::string kRawName = "raw/AES-128-GCM/roundtrip/1400";
+const char* const kHandoffNames[] = {"handoff/cache_line_round_trip/before_pipeline",
+                                     "handoff/cache_line_round_trip/after_pipeline"};
 std::string raw_threads_name(unsigned threads) {
   return kRawName + "/parallel:" + std::to_string(threads);
 }
@@ -685,6 +719,14 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
           "ceiling for %u workers)\n",
           w, *parallel, *parallel / *raw_gbps, w);
   }
+  const auto handoff_before = r.value(kHandoffNames[0], "real_ns");
+  const auto handoff_after = r.value(kHandoffNames[1], "real_ns");
+  if (handoff_before && handoff_after)
+    out << format(
+        "# cache line bounced between two threads (the hand-off to a worker and back): %.0f ns "
+        "per round trip\n# before the pipeline cases, %.0f ns after (this VM: ~75-110 when the "
+        "host runs both vCPUs on one cache, ~360-380 when not)\n",
+        *handoff_before, *handoff_after);
   out << "# scaling = Gbit/s(n) / (n * Gbit/s(1));  of_raw = Gbit/s / (raw Gbit/s * n);  "
          "of_ceiling = Gbit/s / raw Gbit/s with n threads at once\n"
          "# cpu_ns = process CPU (all threads) per packet; wcpu_ns = the same without the "
@@ -845,6 +887,7 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(raw_threads_name(w).c_str(), raw_roundtrip)
           ->Threads(static_cast<int>(w))
           ->UseRealTime();
+  benchmark::RegisterBenchmark(kHandoffNames[0], handoff_round_trip)->UseRealTime();
   for (const uint32_t sas : kSaCounts) {
     std::vector<unsigned> cases = g_workers;
     cases.insert(cases.begin(), 0);  // run to completion: the feeder alone
@@ -853,6 +896,7 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->MeasureProcessCPUTime();
   }
+  benchmark::RegisterBenchmark(kHandoffNames[1], handoff_round_trip)->UseRealTime();
   const uint64_t hold_ns = 1'000'000;  // PipelineConfig's default reorder_hold, 1 ms
   benchmark::RegisterBenchmark(kReorderNames[0], reorder_bench, false, hold_ns)->UseRealTime();
   benchmark::RegisterBenchmark(kReorderNames[1], reorder_bench, true, hold_ns)->UseRealTime();
