@@ -352,6 +352,32 @@ class GatedSink final : public PacketSink {
   std::atomic<size_t> delivered{0};
 };
 
+// One outbound AES-GCM SA on `pipeline`, delivering to `sink`.
+std::shared_ptr<OutboundChannel> gcm_outbound(Pipeline& pipeline, PacketSink& sink, uint32_t spi) {
+  auto sa = std::make_shared<esp::OutboundSa>(
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, 0, false, false, spi),
+      crypto::ipsec_mb_backend());
+  return pipeline.make_outbound(sa, sink);
+}
+
+// Submits tagged packets (stream, first .. first + count - 1); each must be accepted.
+void submit_tagged(Pipeline& pipeline, const std::shared_ptr<OutboundChannel>& channel,
+                   uint32_t stream, int first, int count) {
+  for (int i = first; i < first + count; ++i) {
+    Packet* p = acquire_blocking(pipeline);
+    ASSERT_TRUE(p->buffer.assign(tagged_packet(stream, static_cast<uint32_t>(i))));
+    ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit), esp::DropReason::none);
+  }
+}
+
+// The sink saw sequence numbers 1 .. expected, in order, one thread at a time.
+void expect_dense_sequence(const RecordingSink& sink, size_t expected) {
+  const auto& seen = sink.sequence_;
+  ASSERT_EQ(seen.size(), expected);
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
+  EXPECT_FALSE(sink.overlapped());
+}
+
 // Run to completion keeps each submitting thread's packets in a slot of its own. Threads
 // that stop without completing them leave them to wait_idle(), and threads beyond the
 // slots use the shared queue; either way every packet leaves, in sequence order, and
@@ -366,19 +392,11 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
   RecordingSink sink(false);
   {
     Pipeline pipeline(config);
-    auto sa = std::make_shared<esp::OutboundSa>(
-        test::make_sa_config(AeadAlgorithm::aes_gcm_128, 0, false, false, 0x300),
-        crypto::ipsec_mb_backend());
-    auto channel = pipeline.make_outbound(sa, sink);
+    auto channel = gcm_outbound(pipeline, sink, 0x300);
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, t] {
-        for (int i = 0; i < kPerThread; ++i) {
-          Packet* p = acquire_blocking(pipeline);
-          ASSERT_TRUE(p->buffer.assign(tagged_packet(t, i)));
-          ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit),
-                    esp::DropReason::none);
-        }
+        submit_tagged(pipeline, channel, static_cast<uint32_t>(t), 0, kPerThread);
         // No complete_submitted(): the packets wait for this thread, which stops.
       });
     for (auto& t : threads) t.join();
@@ -388,10 +406,7 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
     EXPECT_EQ(sink.count(), size_t{kThreads} * kPerThread);
     EXPECT_EQ(pipeline.pool().count_free(), config.pool_packets);
   }
-  const auto& seen = sink.sequence_;
-  ASSERT_EQ(seen.size(), size_t{kThreads} * kPerThread);
-  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
-  EXPECT_FALSE(sink.overlapped());
+  expect_dense_sequence(sink, size_t{kThreads} * kPerThread);
 }
 
 // With workers, a reader's packets reach them a batch at a time: a full batch (32) at
@@ -405,18 +420,8 @@ TEST(PipelineConcurrent, WorkersTakeAReadersPacketsABatchAtATime) {
   RecordingSink sink(false);
   {
     Pipeline pipeline(config);
-    auto sa = std::make_shared<esp::OutboundSa>(
-        test::make_sa_config(AeadAlgorithm::aes_gcm_128, 0, false, false, 0x400),
-        crypto::ipsec_mb_backend());
-    auto channel = pipeline.make_outbound(sa, sink);
-    auto submit = [&](int first, int count) {
-      for (int i = first; i < first + count; ++i) {
-        Packet* p = acquire_blocking(pipeline);
-        ASSERT_TRUE(p->buffer.assign(tagged_packet(0, i)));
-        ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit),
-                  esp::DropReason::none);
-      }
-    };
+    auto channel = gcm_outbound(pipeline, sink, 0x400);
+    auto submit = [&](int first, int count) { submit_tagged(pipeline, channel, 0, first, count); };
     std::thread reader([&] {
       pipeline.hand_over_in_batches();
       submit(0, 40);
@@ -433,10 +438,7 @@ TEST(PipelineConcurrent, WorkersTakeAReadersPacketsABatchAtATime) {
     pipeline.wait_idle();
     EXPECT_EQ(sink.count(), 45u);
   }
-  const auto& seen = sink.sequence_;
-  ASSERT_EQ(seen.size(), 45u);
-  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i + 1);
-  EXPECT_FALSE(sink.overlapped());
+  expect_dense_sequence(sink, 45);
 }
 
 TEST(PipelineConcurrent, APacketLeftBehindAGapWhileAnotherWorkerDeliversIsReported) {
