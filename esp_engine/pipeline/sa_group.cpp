@@ -9,16 +9,16 @@ void SaGroup::set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> c
   std::lock_guard guard(lock_);
   // Before the channel is published: packets reach it only through the member list.
   if (channel && budget_) channel->share_budget(budget_);
-  auto next = std::make_shared<Members>(*members_);
-  for (auto& member : *next) {
+  std::vector<Member> next = members_->list;
+  for (auto& member : next) {
     if (member.key == member_key) {
       member.channel = std::move(channel);
-      publish(std::move(next));
+      publish(make_members(std::move(next)));
       return;
     }
   }
-  next->push_back({member_key, mix64(member_key ^ 0x9e3779b97f4a7c15ull), std::move(channel)});
-  publish(std::move(next));
+  next.push_back({member_key, mix64(member_key ^ 0x9e3779b97f4a7c15ull), std::move(channel)});
+  publish(make_members(std::move(next)));
 }
 
 bool SaGroup::remove_member(uint64_t member_key) {
@@ -27,20 +27,45 @@ bool SaGroup::remove_member(uint64_t member_key) {
 
 bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel) {
   std::lock_guard guard(lock_);
-  auto next = std::make_shared<Members>(*members_);
-  const auto before = next->size();
-  std::erase_if(*next, [&](const Member& m) {
+  std::vector<Member> next = members_->list;
+  const auto before = next.size();
+  std::erase_if(next, [&](const Member& m) {
     return m.key == member_key && (!channel || m.channel.get() == channel);
   });
-  if (next->size() == before) return false;
-  publish(std::move(next));
+  if (next.size() == before) return false;
+  publish(make_members(std::move(next)));
   return true;
 }
 
-const SaGroup::Member* SaGroup::choose(const Members& members, uint64_t flow_hash) const {
+std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member> list) {
+  auto members = std::make_shared<Members>();
+  // Positions + 1 must fit the entry's low bits.
+  if (list.size() >= kChoiceTableFrom && list.size() < kChoiceIndexMask) {
+    members->choices = std::make_unique<std::atomic<uint64_t>[]>(kChoiceIndexMask + 1);
+    for (size_t i = 0; i <= kChoiceIndexMask; ++i)
+      members->choices[i].store(0, std::memory_order_relaxed);
+  }
+  members->list = std::move(list);
+  return members;
+}
+
+const SaGroup::Member* SaGroup::choose(const Members& members, uint64_t flow_hash) {
+  if (!members.choices) return score(members.list, flow_hash);
+  std::atomic<uint64_t>& entry = members.choices[flow_hash & kChoiceIndexMask];
+  const uint64_t high = flow_hash & ~kChoiceIndexMask;
+  const uint64_t cached = entry.load(std::memory_order_relaxed);
+  if (cached != 0 && (cached & ~kChoiceIndexMask) == high)
+    return &members.list[(cached & kChoiceIndexMask) - 1];
+  const Member* best = score(members.list, flow_hash);
+  entry.store(high | static_cast<uint64_t>(best - members.list.data() + 1),
+              std::memory_order_relaxed);
+  return best;
+}
+
+const SaGroup::Member* SaGroup::score(const std::vector<Member>& list, uint64_t flow_hash) {
   const Member* best = nullptr;
   uint64_t best_score = 0;
-  for (const auto& member : members) {
+  for (const auto& member : list) {
     const uint64_t score = mix64(flow_hash ^ member.key_hash);
     if (!best || score > best_score || (score == best_score && member.key < best->key)) {
       best = &member;
@@ -94,18 +119,18 @@ uint64_t SaGroup::pick_key(uint64_t flow_hash) const {
 }
 
 size_t SaGroup::size() const {
-  return current()->size();
+  return current()->list.size();
 }
 
 std::vector<uint32_t> SaGroup::member_spis() const {
   std::vector<uint32_t> spis;
-  for (const Member& member : *current()) spis.push_back(member.channel->sa().config().spi);
+  for (const Member& member : current()->list) spis.push_back(member.channel->sa().config().spi);
   return spis;
 }
 
 std::vector<uint64_t> SaGroup::member_keys() const {
   std::vector<uint64_t> keys;
-  for (const Member& member : *current()) keys.push_back(member.key);
+  for (const Member& member : current()->list) keys.push_back(member.key);
   return keys;
 }
 

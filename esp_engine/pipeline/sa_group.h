@@ -10,6 +10,11 @@
 // change does a reader take the lock to fetch the new list. A lock or a reference count
 // per packet would be a line that every reader of the group writes.
 //
+// Rendezvous hashing scores every member for every packet. For a large group (16 members
+// or more) each member list carries a table of the choices made so far, by flow hash:
+// the same answer, computed once per flow instead of once per packet, so the guarantees
+// above hold unchanged (a new list starts with an empty table).
+//
 // The members share one in-flight bound (InFlightBudget): every SA has its own, but they
 // all feed the same workers, so without a shared one an ECMP group of N let N times as
 // many packets queue as a single SA, and latency under load grew with N.
@@ -64,8 +69,20 @@ class SaGroup {
     uint64_t key_hash;
     std::shared_ptr<OutboundChannel> channel;
   };
-  using Members = std::vector<Member>;
-  const Member* choose(const Members& members, uint64_t flow_hash) const;
+  // Groups this large get a table of choices (below that, scoring is cheap).
+  static constexpr size_t kChoiceTableFrom = 16;
+  static constexpr uint64_t kChoiceIndexMask = 4095;  // 4096 entries, 32 KiB per list
+  struct Members {
+    std::vector<Member> list;
+    // Choices made for this list, or null. An entry is the flow hash with its low 12 bits
+    // (the entry's index, so implied) replaced by the member's position + 1; 0 is empty.
+    // Any thread may fill one: all would write the same value, since the choice depends
+    // only on this list and the hash.
+    std::unique_ptr<std::atomic<uint64_t>[]> choices;
+  };
+  static std::shared_ptr<const Members> make_members(std::vector<Member> list);
+  static const Member* choose(const Members& members, uint64_t flow_hash);
+  static const Member* score(const std::vector<Member>& list, uint64_t flow_hash);
   // This thread's snapshot of the members; valid until its next snapshot of any group.
   const Members& snapshot() const;
   // Publishes a new member list (under lock_).
@@ -79,7 +96,7 @@ class SaGroup {
   // generation moved since its snapshot. (Not std::atomic<std::shared_ptr>: libstdc++ 12
   // locks it on every load all the same, and TSan cannot see that lock.)
   mutable std::mutex lock_;
-  std::shared_ptr<const Members> members_ = std::make_shared<const Members>();
+  std::shared_ptr<const Members> members_ = make_members({});
   // The current list (under lock_), shared by the caller.
   std::shared_ptr<const Members> current() const;
   std::atomic<uint64_t> generation_;  // changes after every publish

@@ -133,6 +133,47 @@ TEST(SaGroup, AddingAMemberMovesOnlyFlowsToTheNewcomer) {
   EXPECT_NEAR(moved, kFlows / 5, kFlows / 5 * 0.1);
 }
 
+// What the group must answer: the member with the highest score mix64(flow ^ key hash),
+// key hash = mix64(key ^ golden ratio), ties to the smaller key. Written out here so the
+// large groups' table of choices is checked against the rule, not against itself.
+uint64_t rendezvous_choice(const std::vector<uint64_t>& keys, uint64_t flow) {
+  uint64_t best = 0, best_score = 0;
+  for (const uint64_t key : keys) {
+    const uint64_t score = mix64(flow ^ mix64(key ^ 0x9e3779b97f4a7c15ull));
+    if (best == 0 || score > best_score || (score == best_score && key < best)) {
+      best = key;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+TEST(SaGroup, LargeGroupsRememberExactlyTheRendezvousChoice) {
+  SaGroup group;
+  add_members(group, 64);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 64; ++k) keys.push_back(k);
+  std::mt19937_64 random(7);
+  std::vector<uint64_t> flows(40000);
+  for (auto& flow : flows) flow = random();
+  // Flows that share a table entry (the same low 12 bits) and replace each other there.
+  for (uint64_t i = 1; i <= 200; ++i) flows.push_back(i << 12 | 0x123);
+  auto check = [&](const char* when) {
+    int wrong = 0;
+    for (const uint64_t flow : flows)
+      wrong += group.pick_key(flow) != rendezvous_choice(keys, flow);
+    EXPECT_EQ(wrong, 0) << when;
+  };
+  check("first picks (the table fills)");
+  check("second picks (from the table)");
+  ASSERT_TRUE(group.remove_member(17));
+  std::erase(keys, 17u);
+  check("after a member left (a new list, a new table)");
+  group.set_member(99, nullptr);
+  keys.push_back(99);
+  check("after a member joined");
+}
+
 TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
   constexpr int kFlows = 20000;
   SaGroup group;
@@ -146,11 +187,11 @@ TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
 // Readers pick through their per-thread snapshot while a writer adds and removes a
 // member: every pick is a member that existed, and once the writer is done (the removal
 // published), no reader picks the removed member again.
-TEST(SaGroupConcurrent, PicksFollowMembershipChanges) {
+void picks_follow_membership_changes(uint64_t members) {
   constexpr int kMinimumPicks = 50000;
   constexpr uint64_t kTransient = 100;
   SaGroup group;
-  add_members(group, 4);
+  add_members(group, static_cast<int>(members));
   std::atomic<bool> settled{false};
   std::atomic<int> impossible{0}, stale{0};
   std::vector<std::thread> readers;
@@ -160,7 +201,7 @@ TEST(SaGroupConcurrent, PicksFollowMembershipChanges) {
       for (int i = 0;; ++i) {
         const bool was_settled = settled.load(std::memory_order_acquire);
         const uint64_t key = group.pick_key(random());
-        if (key < 1 || (key > 4 && key != kTransient)) ++impossible;
+        if (key < 1 || (key > members && key != kTransient)) ++impossible;
         if (was_settled && key == kTransient) ++stale;
         if (was_settled && i >= kMinimumPicks) break;
       }
@@ -174,6 +215,15 @@ TEST(SaGroupConcurrent, PicksFollowMembershipChanges) {
   for (auto& reader : readers) reader.join();
   EXPECT_EQ(impossible.load(), 0);
   EXPECT_EQ(stale.load(), 0) << "a reader kept a snapshot older than the last change";
+}
+
+TEST(SaGroupConcurrent, PicksFollowMembershipChanges) {
+  picks_follow_membership_changes(4);
+}
+
+// The same with a group large enough for the table of choices, which every reader fills.
+TEST(SaGroupConcurrent, PicksOfALargeGroupFollowMembershipChanges) {
+  picks_follow_membership_changes(20);
 }
 
 }  // namespace
