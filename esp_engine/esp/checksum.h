@@ -8,7 +8,10 @@
 namespace espgw::esp {
 
 // One's-complement sum of `length` bytes folded into `sum`, not yet complemented.
+// Uses AVX2 where the CPU has it (checked once), otherwise checksum_add_portable.
 uint32_t checksum_add(uint32_t sum, const uint8_t* data, size_t length);
+// The same without vector instructions; public so that tests check it on AVX2 machines too.
+uint32_t checksum_add_portable(uint32_t sum, const uint8_t* data, size_t length);
 uint16_t checksum_finish(uint32_t sum);
 
 uint16_t ipv4_header_checksum(const uint8_t* header, size_t length);
