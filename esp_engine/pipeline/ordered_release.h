@@ -32,20 +32,22 @@ class OrderedRelease {
   // `in_crypto`, if given, counts this channel's packets still in the workers: while it
   // is non-zero a gap may be one of them, and is held longer (ReorderBuffer's busy hold).
   OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
-                 const std::atomic<uint64_t>* in_crypto = nullptr);
+                 std::atomic<uint64_t>* in_crypto = nullptr);
 
   // Inserts `packet` (nullptr: a tombstone) at `index`, then delivers what is ready.
   // Returns true if packets stay held behind a gap, so the caller must come back later.
   bool insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool);
-  // Inserts without delivering: a worker stages a whole batch, then drains once.
-  void stage(uint64_t index, Packet* packet);
   struct Staged {
     uint64_t index;
     Packet* packet;  // nullptr: a tombstone
   };
-  // Several at once, under one lock acquisition (workers sharing an SA would otherwise
-  // pass its lock back and forth for every packet).
-  void stage(std::span<const Staged> batch);
+  // A worker's whole batch for this channel under one lock acquisition (workers sharing
+  // an SA would otherwise pass its lock back and forth for every packet), then delivery of
+  // what is ready. `left_crypto` of the channel's `in_crypto` count are these packets: it
+  // is counted down under the same lock, so no thread sees them neither in crypto nor in
+  // the buffer and gives up on a gap they fill. Returns as insert() does.
+  bool stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto, PacketSink& sink,
+                       PacketPool& pool);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
   // Delivers everything held, skipping every gap.
@@ -64,13 +66,24 @@ class OrderedRelease {
     return in_crypto_ && in_crypto_->load(std::memory_order_acquire) != 0;
   }
 
-  const std::atomic<uint64_t>* in_crypto_;
+  // Under lock_: if no other thread delivers, takes what is ready and becomes the one that
+  // delivers. False if there is nothing to take or someone else delivers (and will look
+  // again under lock_ before it stops, so nothing left in pending_ is stranded).
+  bool take_ready(LazyNow& now);
+  // Delivers what take_ready() took, then whatever became ready meanwhile, until nothing
+  // is. Returns whether packets stay held behind a gap.
+  bool deliver_taken(PacketSink& sink, PacketPool& pool);
+
+  std::atomic<uint64_t>* in_crypto_;
   mutable SpinLock lock_;
   ReorderBuffer buffer_;          // under lock_
   std::vector<Packet*> pending_;  // under lock_: released in order, not yet delivered
-  std::atomic<bool> draining_{false};
-  std::vector<Packet*> delivering_;  // owned by the thread holding `draining_`
-  std::atomic<uint64_t> delivered_{0};
+  // Under lock_, like the buffer, so one lock acquisition both stages and claims the
+  // delivery: a separate atomic flag cost 4 more locked instructions per drain, which
+  // with many SAs (a few packets each per batch) was the pipeline's largest own cost.
+  bool draining_ = false;
+  std::vector<Packet*> delivering_;     // owned by the thread that set `draining_`
+  std::atomic<uint64_t> delivered_{0};  // written only by the thread that delivers
   std::atomic<uint64_t>* shared_in_flight_ = nullptr;
 };
 

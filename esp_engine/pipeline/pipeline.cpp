@@ -409,14 +409,12 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     Touched& t = touched[i];
     const std::span<const OrderedRelease::Staged> staged(t.staged.data(), t.count);
     if (t.outbound) {
-      t.outbound->release().stage(staged);
-      t.outbound->release().drain(t.outbound->sink(), pool_);
+      t.outbound->release().stage_and_drain(staged, 0, t.outbound->sink(), pool_);
     } else {
-      t.inbound->release().stage(staged);
-      // Only now are these packets where the reorder buffer sees them: until here they
-      // count as in crypto, so that a gap they fill is not given up on meanwhile.
-      t.inbound->in_crypto_.fetch_sub(t.finished, std::memory_order_release);
-      if (t.inbound->release().drain(t.inbound->sink(), pool_)) schedule_gap_timer(t.inbound);
+      // Only once staged are these packets where the reorder buffer sees them: until then
+      // they count as in crypto, so that a gap they fill is not given up on meanwhile.
+      if (t.inbound->release().stage_and_drain(staged, t.finished, t.inbound->sink(), pool_))
+        schedule_gap_timer(t.inbound);
     }
   }
 }
