@@ -200,7 +200,10 @@ OffloadResult TsoSegmenter::split_tcp(const VnetHeader& header, std::span<const 
   const size_t headers = layout.headers();
   const size_t ip_length = layout.ip_header_length;
   const size_t payload = packet.size() - headers;
-  const size_t mss = header.gso_size;
+  // Jumbo segments: as many whole gso_size payloads as fit max_packet_, at least one.
+  const size_t mss =
+      header.gso_size *
+      std::max<size_t>(1, max_packet_ > headers ? (max_packet_ - headers) / header.gso_size : 1);
   const uint32_t first_sequence = load_be32(in + ip_length + 4);
   const uint16_t first_id = ipv6 ? 0 : load_be16(in + 4);
   const uint8_t flags = in[ip_length + kTcpFlagsOffset];
@@ -291,12 +294,17 @@ void TcpCoalescer::add(std::span<const uint8_t> packet) {
   // Only a segment with data, no state-changing flags and intact checksums may merge.
   bool mergeable = false;
   bool can_grow = false;
+  // Too large for the LAN: it must leave as a GSO frame, whatever its flags (the kernel's
+  // segmentation puts FIN and PSH on the last segment only, CWR on the first only).
+  bool oversize = false;
   if (tcp) {
     const uint8_t flags = packet[layout.ip_header_length + kTcpFlagsOffset];
-    mergeable = packet.size() > layout.headers() && (flags & kTcpNoMerge) == 0;
-    if (mergeable && !checksums_valid(packet, layout)) {
+    const bool has_data = packet.size() > layout.headers();
+    mergeable = has_data && (flags & kTcpNoMerge) == 0;
+    oversize = has_data && max_packet_ != 0 && packet.size() > max_packet_;
+    if ((mergeable || oversize) && !checksums_valid(packet, layout)) {
       ++stats_.bad_checksum;
-      mergeable = false;
+      mergeable = oversize = false;
     }
     can_grow = mergeable && (flags & kTcpPsh) == 0;
 
@@ -321,13 +329,14 @@ void TcpCoalescer::add(std::span<const uint8_t> packet) {
   Item& item = next_item();
   item.frame.assign(VnetHeader::kSize, 0);  // a plain packet unless something merges
   item.frame.insert(item.frame.end(), packet.begin(), packet.end());
-  if (!can_grow) return;
+  if (!can_grow && !oversize) return;
   item.ipv6 = layout.ipv6;
   item.ip_header_length = static_cast<uint8_t>(layout.ip_header_length);
   item.tcp_header_length = static_cast<uint8_t>(layout.tcp_header_length);
   item.gso_size = static_cast<uint16_t>(packet.size() - layout.headers());
   item.segments = 1;
   item.next_sequence = load_be32(packet.data() + layout.ip_header_length + 4) + item.gso_size;
+  if (!can_grow) return;
   if (packet.size() + item.gso_size > kMaxIpPacket) return;    // a second segment would not fit
   if (open_.size() == max_flows_) open_.erase(open_.begin());  // the oldest stops growing
   open_.push_back(used_ - 1);
@@ -381,11 +390,20 @@ bool TcpCoalescer::try_merge(Item& item, std::span<const uint8_t> packet, size_t
 // pseudo-header sum over the whole super-packet's TCP length. virtio_net_hdr_to_skb makes
 // that a CHECKSUM_PARTIAL skb: a local socket trusts it without summing 64 KB, and on
 // forwarding the GSO code adjusts the pseudo sum per segment and completes each checksum.
-void TcpCoalescer::finish(Item& item) const {
-  if (item.segments < 2) return;  // unchanged packet, zero vnet header
-  uint8_t* p = item.frame.data() + VnetHeader::kSize;
+void TcpCoalescer::finish(Item& item) {
   const size_t size = item.frame.size() - VnetHeader::kSize;
+  const bool oversize = item.segments != 0 && max_packet_ != 0 && size > max_packet_;
+  if (item.segments < 2 && !oversize) return;  // unchanged packet, zero vnet header
+  uint8_t* p = item.frame.data() + VnetHeader::kSize;
   const size_t ip_length = item.ip_header_length;
+  const size_t headers = ip_length + item.tcp_header_length;
+  uint16_t gso_size = item.gso_size;
+  if (oversize) {
+    // Segments that fit the LAN; a limit below the headers plus 8 bytes is no LAN MTU.
+    gso_size = static_cast<uint16_t>(
+        std::min<size_t>(gso_size, max_packet_ > headers + 8 ? max_packet_ - headers : 8));
+    ++stats_.resegmented;
+  }
   if (item.ipv6) {
     store_be16(p + 4, static_cast<uint16_t>(size - kIpv6Header));
   } else {
@@ -399,8 +417,8 @@ void TcpCoalescer::finish(Item& item) const {
   VnetHeader header;
   header.flags = VnetHeader::kNeedsCsum;
   header.gso_type = item.ipv6 ? VnetHeader::kGsoTcpV6 : VnetHeader::kGsoTcpV4;
-  header.hdr_len = static_cast<uint16_t>(ip_length + item.tcp_header_length);
-  header.gso_size = item.gso_size;
+  header.hdr_len = static_cast<uint16_t>(headers);
+  header.gso_size = gso_size;
   header.csum_start = static_cast<uint16_t>(ip_length);
   header.csum_offset = kTcpChecksumOffset;
   header.write(item.frame.data());

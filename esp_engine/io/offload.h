@@ -98,12 +98,20 @@ class TsoSegmenter {
   // `frame` as read from the TUN: vnet header, then the packet.
   OffloadResult segment_frame(std::span<const uint8_t> frame, EmitFn emit);
 
+  // Jumbo segments: cut TCP super-packets into packets of up to `max_packet` bytes (the
+  // tunnel MTU) carrying a whole number of gso_size payloads each, instead of one packet
+  // per gso_size. Fewer, larger ESP packets when the WAN's MTU exceeds the LANs'. Only
+  // for a peer that re-segments what does not fit its LAN (espgw's TcpCoalescer does);
+  // 0 (the default) cuts at gso_size, as the sender's stack would have.
+  void set_max_packet(size_t max_packet) { max_packet_ = max_packet; }
+
   // GSO_NONE: the packet as is, or with its checksum completed when NEEDS_CSUM says the
   // field holds only the pseudo-header sum. GSO_TCPV4/TCPV6: one packet per gso_size bytes
   // of TCP payload, each with its own IP length, IPv4 id (incremented) and header checksum,
   // sequence number, flags (CWR only on the first, FIN and PSH only on the last) and a full
-  // TCP checksum. Header lengths come from the packet itself, not hdr_len: the kernel sets
-  // hdr_len to the skb's linear length, which can include payload.
+  // TCP checksum (with set_max_packet, a whole number of gso_size payloads per packet). Header
+  // lengths come from the packet itself, not hdr_len: the kernel sets hdr_len to the skb's linear
+  // length, which can include payload.
   OffloadResult segment(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit);
 
  private:
@@ -112,6 +120,7 @@ class TsoSegmenter {
   OffloadResult split_tcp(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit);
 
   std::unique_ptr<uint8_t[]> scratch_;
+  size_t max_packet_ = 0;
 };
 
 // Write-side GRO. Fed the decrypted inner packets of one batch in delivery order, it merges
@@ -134,12 +143,19 @@ class TcpCoalescer {
     uint64_t frames_out = 0;
     uint64_t segments_merged = 0;  // packets appended to an earlier one of their flow
     uint64_t bad_checksum = 0;     // TCP candidates passed through because a checksum failed
+    uint64_t resegmented = 0;      // frames larger than max_packet sent as GSO to fit it
   };
 
   explicit TcpCoalescer(size_t max_flows = kDefaultMaxFlows);
 
   // Copies `packet` (an IPv4 or IPv6 packet, no vnet header) into the batch.
   void add(std::span<const uint8_t> packet);
+  // The largest packet the kernel may be handed whole: the MTU of the LAN behind the TUN
+  // (0, the default: no limit). A TCP packet or super-packet larger than that leaves as a
+  // GSO frame whose segments fit it, so that TCP segments a peer cut larger than this
+  // gateway's LAN (jumbo segments over a jumbo WAN) are not dropped as too big. A packet
+  // with a bad checksum is left alone: segmenting would "repair" it.
+  void set_max_packet(size_t max_packet) { max_packet_ = max_packet; }
   // Emits every frame of the batch (vnet header + packet, ready for one write() to the TUN)
   // and starts a new batch. False if `emit` stopped it; the rest of the batch is discarded.
   bool flush(EmitFn emit);
@@ -154,16 +170,17 @@ class TcpCoalescer {
     uint8_t ip_header_length = 0;
     uint8_t tcp_header_length = 0;
     uint16_t gso_size = 0;
-    uint16_t segments = 0;
+    uint16_t segments = 0;  // 0: not a TCP packet that may become a GSO frame
     uint32_t next_sequence = 0;
   };
 
   Item& next_item();
   bool try_merge(Item& item, std::span<const uint8_t> packet, size_t ip_header_length,
                  size_t tcp_header_length) const;
-  void finish(Item& item) const;
+  void finish(Item& item);
 
   size_t max_flows_;
+  size_t max_packet_ = 0;
   std::vector<Item> items_;  // slots reused across batches, so buffers keep their capacity
   size_t used_ = 0;
   std::vector<size_t> open_;  // items that may still grow, oldest first
