@@ -154,6 +154,16 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
         config.tunnel_mtu = mtu;
       else
         bad("an MTU from 576 to 65000");
+    } else if (key == "jumbo-segments") {
+      if (!parse_bool(value, config.jumbo_segments)) bad("yes or no");
+    } else if (key == "lan-mtu") {
+      unsigned mtu = 0;
+      if (value == "auto")
+        config.lan_mtu.reset();
+      else if (parse_number(value, mtu, 576u, 65535u))
+        config.lan_mtu = mtu;
+      else
+        bad("auto, or an MTU from 576 to 65535");
     } else if (key == "log-level") {
       if (auto level = parse_log_level(value))
         config.log_level = *level;

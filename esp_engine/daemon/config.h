@@ -56,6 +56,16 @@ struct GatewayConfig {
   // Tunnel MTU: derived from the route MTU towards the peers minus the ESP overhead,
   // unless set here.
   std::optional<unsigned> tunnel_mtu;
+  // Cut TCP super-packets read from the TUN into packets of up to the tunnel MTU (whole
+  // multiples of the sender's segment size) instead of one per segment: a WAN with a
+  // larger MTU than the LANs then carries fewer, larger ESP packets. Only towards peers
+  // that segment again what does not fit their LAN (espgw does; a kernel peer would drop
+  // such packets as too big), hence off by default.
+  bool jumbo_segments = false;
+  // The largest packet written whole to the TUN: larger TCP packets (a peer's jumbo
+  // segments) leave as GSO frames whose segments fit. Unset: the smallest route MTU
+  // towards the inbound SAs' local traffic selectors, 1500 when there is none.
+  std::optional<unsigned> lan_mtu;
   LogLevel log_level = LogLevel::info;
   std::chrono::seconds stats_interval{0};  // 0: no periodic counter log
 };

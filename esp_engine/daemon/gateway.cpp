@@ -107,7 +107,8 @@ class Gateway::WanSink final : public pipeline::PacketSink {
 // super-packet (GRO), so the kernel's TCP stack sees few large packets.
 class Gateway::TunSink final : public pipeline::PacketSink {
  public:
-  TunSink(const io::TunDevice& tun, GatewayCounters& counters) : tun_(tun), counters_(counters) {}
+  TunSink(const io::TunDevice& tun, GatewayCounters& counters, const std::atomic<unsigned>& lan_mtu)
+      : tun_(tun), counters_(counters), lan_mtu_(lan_mtu) {}
   void deliver(std::span<pipeline::Packet* const> packets) override {
     if (!tun_.vnet_header()) {
       for (pipeline::Packet* packet : packets)
@@ -116,17 +117,22 @@ class Gateway::TunSink final : public pipeline::PacketSink {
       return;
     }
     thread_local io::TcpCoalescer coalescer;
+    coalescer.set_max_packet(lan_mtu_.load(std::memory_order_relaxed));
+    const uint64_t resegmented = coalescer.stats().resegmented;
     for (pipeline::Packet* packet : packets) coalescer.add(packet->buffer.bytes());
     auto write = [&](std::span<const uint8_t> frame) {
       if (!tun_.write(0, frame)) counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
       return true;
     };
     coalescer.flush(write);
+    if (const uint64_t more = coalescer.stats().resegmented - resegmented)
+      counters_.tun_resegmented.fetch_add(more, std::memory_order_relaxed);
   }
 
  private:
   const io::TunDevice& tun_;
   GatewayCounters& counters_;
+  const std::atomic<unsigned>& lan_mtu_;
 };
 
 Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(random_seed()) {
@@ -158,7 +164,7 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
       std::max<size_t>(2048, esp::PacketBuffer::kDefaultHeadroom +
                                  std::max<size_t>(tunnel_mtu_ + 128, max_path_mtu_) + 64);
   pipeline_ = std::make_unique<pipeline::Pipeline>(pipeline_config);
-  tun_sink_ = std::make_unique<TunSink>(*tun_, counters_);
+  tun_sink_ = std::make_unique<TunSink>(*tun_, counters_, lan_mtu_);
 
   if (auto r = netlink_.set_mtu(tun_->name(), tunnel_mtu_); !r) throw std::runtime_error(r.message);
   if (config_.tun_address)
@@ -207,18 +213,32 @@ Gateway::~Gateway() {
 unsigned Gateway::mtu_candidate(const esp::SaConfig& sa) {
   // One route lookup per peer, not per SA: charon installs SAs one at a time. reload()
   // forgets the cache.
-  const std::string peer = sa.tunnel_destination.to_string();
-  auto cached = path_mtus_.find(peer);
-  if (cached == path_mtus_.end()) {
-    const auto route = netlink_.route_mtu(sa.tunnel_destination);
-    if (!route) log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
-    cached = path_mtus_.emplace(peer, route ? route.mtu : 1500).first;
-  }
-  const uint32_t path = cached->second;
+  const uint32_t path = route_mtu_cached(sa.tunnel_destination);
   max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
   const size_t overhead =
       esp::max_esp_overhead(sa.tunnel_destination.family == 6, sa.udp_encapsulation.has_value());
   return std::max(static_cast<unsigned>(path > overhead ? path - overhead : 576), 576u);
+}
+
+uint32_t Gateway::route_mtu_cached(const esp::IpAddress& address) {
+  const std::string text = address.to_string();
+  auto cached = path_mtus_.find(text);
+  if (cached == path_mtus_.end()) {
+    const auto route = netlink_.route_mtu(address);
+    if (!route) log(LogLevel::warn, "%s; assuming 1500", route.message.c_str());
+    cached = path_mtus_.emplace(text, route ? route.mtu : 1500).first;
+  }
+  return cached->second;
+}
+
+unsigned Gateway::lan_mtu_candidate(const esp::SaConfig& sa) {
+  unsigned mtu = 0;
+  for (const auto& selector : sa.selectors) {
+    if (selector.local.length == 0) continue;  // "any" says nothing about the LAN
+    const unsigned route = route_mtu_cached(selector.local.address);
+    mtu = mtu == 0 ? route : std::min(mtu, route);
+  }
+  return mtu;
 }
 
 unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
@@ -326,6 +346,8 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
     return false;
   }
+  fresh->lan_mtu_candidate = lan_mtu_candidate(entry.config);
+  if (fresh->lan_mtu_candidate) lan_mtu_candidates_.insert(fresh->lan_mtu_candidate);
   log(LogLevel::info, "SA in spi 0x%08x %s from %s installed", entry.config.spi,
       std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
       entry.config.tunnel_source.to_string().c_str());
@@ -370,6 +392,8 @@ void Gateway::retire_inbound_locked(
     std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it) {
   const InboundEntry& old = *it->second;
   pipeline_->remove_inbound(old.entry.config.spi);
+  if (old.lan_mtu_candidate)
+    lan_mtu_candidates_.erase(lan_mtu_candidates_.find(old.lan_mtu_candidate));
   log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
       old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
       static_cast<unsigned long long>(old.sa->counters().bytes()));
@@ -437,20 +461,29 @@ bool Gateway::remove_policy_locked(uint32_t id) {
 }
 
 void Gateway::update_tunnel_mtu_locked() {
-  if (config_.tunnel_mtu) return;
-  // SAs towards a peer with a smaller path MTU may have arrived: the TUN MTU follows the
-  // smallest, within what the packet buffers hold.
-  const size_t buffer_limit = pipeline_->config().packet_capacity -
-                              esp::PacketBuffer::kDefaultHeadroom - esp::encap_tailroom() - 128;
-  const unsigned wanted = mtu_candidates_.empty() ? 1400u : *mtu_candidates_.begin();
-  const unsigned mtu = std::min<unsigned>(wanted, static_cast<unsigned>(buffer_limit));
-  if (mtu == tunnel_mtu_) return;
-  if (auto r = netlink_.set_mtu(tun_->name(), mtu); !r) {
-    log(LogLevel::error, "%s", r.message.c_str());
-    return;
+  const unsigned lan_mtu = config_.lan_mtu               ? *config_.lan_mtu
+                           : lan_mtu_candidates_.empty() ? 1500u
+                                                         : *lan_mtu_candidates_.begin();
+  if (lan_mtu != lan_mtu_.exchange(lan_mtu, std::memory_order_relaxed))
+    log(LogLevel::info, "lan mtu %u: larger TCP packets from the tunnel are segmented to fit",
+        lan_mtu);
+  if (!config_.tunnel_mtu) {
+    // SAs towards a peer with a smaller path MTU may have arrived: the TUN MTU follows the
+    // smallest, within what the packet buffers hold.
+    const size_t buffer_limit = pipeline_->config().packet_capacity -
+                                esp::PacketBuffer::kDefaultHeadroom - esp::encap_tailroom() - 128;
+    const unsigned wanted = mtu_candidates_.empty() ? 1400u : *mtu_candidates_.begin();
+    const unsigned mtu = std::min<unsigned>(wanted, static_cast<unsigned>(buffer_limit));
+    if (mtu != tunnel_mtu_) {
+      if (auto r = netlink_.set_mtu(tun_->name(), mtu); !r) {
+        log(LogLevel::error, "%s", r.message.c_str());
+      } else {
+        log(LogLevel::info, "%s mtu %u -> %u", tun_->name().c_str(), tunnel_mtu_, mtu);
+        tunnel_mtu_ = mtu;
+      }
+    }
   }
-  log(LogLevel::info, "%s mtu %u -> %u", tun_->name().c_str(), tunnel_mtu_, mtu);
-  tunnel_mtu_ = mtu;
+  segment_limit_.store(config_.jumbo_segments ? tunnel_mtu_ : 0, std::memory_order_relaxed);
 }
 
 void Gateway::apply_static_locked(xfrm::StaticConfig next) {
@@ -496,6 +529,11 @@ bool Gateway::reload() {
   for (auto& [key, entry] : outbound_) {
     entry->mtu_candidate = mtu_candidate(entry->entry.config);
     mtu_candidates_.insert(entry->mtu_candidate);
+  }
+  lan_mtu_candidates_.clear();
+  for (auto& [key, entry] : inbound_) {
+    entry->lan_mtu_candidate = lan_mtu_candidate(entry->entry.config);
+    if (entry->lan_mtu_candidate) lan_mtu_candidates_.insert(entry->lan_mtu_candidate);
   }
   apply_static_locked(std::move(*file.config));
   log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
@@ -656,6 +694,7 @@ void Gateway::tun_reader_offload(unsigned queue) {
       continue;
     }
     const auto forwarding = forwarding_.load(std::memory_order_acquire);
+    segmenter.set_max_packet(segment_limit_.load(std::memory_order_relaxed));
     auto emit = [&](std::span<const uint8_t> segment) {
       pipeline::Packet* packet = pipeline_->acquire();
       while (!packet && running_.load(std::memory_order_relaxed)) {
@@ -802,10 +841,11 @@ void Gateway::log_counters() const {
   };
   log(LogLevel::info,
       "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
-      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu",
+      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu; "
+      "tun-resegmented=%llu (not a drop: larger than lan-mtu %u)",
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
       g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
-      g(counters_.tun_bad_offload));
+      g(counters_.tun_bad_offload), g(counters_.tun_resegmented), lan_mtu_.load());
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();
     log(LogLevel::info,

@@ -41,6 +41,8 @@ struct GatewayCounters {
   std::atomic<uint64_t> wan_send_failed{0};
   std::atomic<uint64_t> tun_write_failed{0};
   std::atomic<uint64_t> tun_bad_offload{0};  // a TUN frame the segmenter refused
+  // Not a drop: TCP packets larger than the LAN's MTU written as GSO frames that fit it.
+  std::atomic<uint64_t> tun_resegmented{0};
 };
 
 class Gateway {
@@ -152,7 +154,13 @@ class Gateway {
   // The TUN MTU an outbound SA allows: its peer's path MTU (looked up once per peer)
   // minus the worst-case ESP overhead. Also raises max_path_mtu_.
   unsigned mtu_candidate(const esp::SaConfig& sa);
-  // Sets the TUN MTU to the smallest candidate of the outbound SAs, when it changed.
+  // The LAN MTU an inbound SA implies: the smallest route MTU towards its local traffic
+  // selectors (0 when it has none narrower than "any").
+  unsigned lan_mtu_candidate(const esp::SaConfig& sa);
+  // A route MTU, looked up once per address (path_mtus_).
+  uint32_t route_mtu_cached(const esp::IpAddress& address);
+  // Sets the TUN MTU to the smallest candidate of the outbound SAs, when it changed, and
+  // what the TUN reader and writer derive from the MTUs (segment_limit_, lan_mtu_).
   void update_tunnel_mtu_locked();
   void ike_reader();
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
@@ -176,6 +184,9 @@ class Gateway {
   std::unique_ptr<TunSink> tun_sink_;
   uint64_t flow_seed_;
   unsigned tunnel_mtu_ = 0;
+  // Read by the TUN reader per frame and the TUN writer per batch.
+  std::atomic<unsigned> segment_limit_{0};  // jumbo-segments: the tunnel MTU; else 0
+  std::atomic<unsigned> lan_mtu_{1500};
   size_t max_path_mtu_ = 1500;  // largest WAN path MTU towards a peer
 
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
@@ -187,6 +198,7 @@ class Gateway {
   std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
   std::map<std::string, uint32_t> path_mtus_;     // route MTU towards each peer, by address
   std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
+  std::multiset<unsigned> lan_mtu_candidates_;    // one per inbound SA with local selectors
   std::map<uint32_t, InstalledPolicy> policies_;  // by id, static and charon's
   std::atomic<std::shared_ptr<const Forwarding>> forwarding_{std::make_shared<const Forwarding>()};
 

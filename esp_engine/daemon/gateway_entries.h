@@ -37,6 +37,7 @@ struct Gateway::OutboundEntry {
 struct Gateway::InboundEntry {
   xfrm::SadEntry entry;
   bool from_charon = false;
+  unsigned lan_mtu_candidate = 0;  // its element of lan_mtu_candidates_, if not 0
   LifetimeTracking lifetime;
   std::shared_ptr<esp::InboundSa> sa;
   std::shared_ptr<pipeline::InboundChannel> channel;

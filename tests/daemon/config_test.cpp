@@ -22,6 +22,8 @@ socket-buffer = 1048576
 reorder-hold-us = 500
 pool-packets = 1024
 tunnel-mtu = 1400
+jumbo-segments = yes
+lan-mtu = 9000
 log-level = debug
 stats-interval = 10
 )",
@@ -42,6 +44,8 @@ stats-interval = 10
   EXPECT_EQ(c.reorder_hold.count(), 500);
   EXPECT_EQ(c.pool_packets, 1024u);
   EXPECT_EQ(*c.tunnel_mtu, 1400u);
+  EXPECT_TRUE(c.jumbo_segments);
+  EXPECT_EQ(*c.lan_mtu, 9000u);
   EXPECT_EQ(c.log_level, LogLevel::debug);
   EXPECT_EQ(c.stats_interval.count(), 10);
 }
@@ -88,6 +92,26 @@ TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
   EXPECT_EQ(bad.errors[0],
             "gw.conf:3: 'workers': expected a number from 0 (one per CPU) to 1024, or inline, "
             "got 'lots'");
+}
+
+TEST(GatewayConfig, JumboSegmentsAreOffAndTheLanMtuDerivedByDefault) {
+  const std::string base = "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n";
+  const auto defaults = parse_gateway_config_text(base, "gw.conf");
+  ASSERT_TRUE(defaults.config);
+  EXPECT_FALSE(defaults.config->jumbo_segments);
+  EXPECT_FALSE(defaults.config->lan_mtu);
+  const auto back_to_auto =
+      parse_gateway_config_text(base + "lan-mtu = 1500\nlan-mtu = auto\n", "gw.conf");
+  ASSERT_TRUE(back_to_auto.config);
+  EXPECT_FALSE(back_to_auto.config->lan_mtu);
+  const auto bad = parse_gateway_config_text(
+      base + "lan-mtu = 100\njumbo-segments = maybe\nlan-mtu = 70000\n", "gw.conf");
+  const std::vector<std::string> expected = {
+      "gw.conf:3: 'lan-mtu': expected auto, or an MTU from 576 to 65535, got '100'",
+      "gw.conf:4: 'jumbo-segments': expected yes or no, got 'maybe'",
+      "gw.conf:5: 'lan-mtu': expected auto, or an MTU from 576 to 65535, got '70000'",
+  };
+  EXPECT_EQ(bad.errors, expected);
 }
 
 TEST(GatewayConfig, RequiredKeysAndMissingFile) {
