@@ -7,6 +7,8 @@
 #   plain         plain routing, no IPsec (gwA and gwB route the LANs over the WAN)
 #   espgw         espgw with static SAs, AES-128-GCM, ESP in UDP 4500
 #   espgw-raw     the same with raw ESP (IP protocol 50)
+#   espgw-jumbo   espgw with jumbo-segments = yes (not in the default list: it differs from
+#                 espgw only when the WAN's MTU exceeds the LANs', e.g. BENCH_WAN_MTU=9000)
 #   espgw-charon  espgw managed by strongSwan: two espgw daemons with a control socket
 #                 and two charons with the espgw plugin (LD_PRELOAD), PSK IKEv2 through
 #                 swanctl --initiate, AES-128-GCM, ESP in UDP (encap = yes, like espgw
@@ -295,7 +297,7 @@ ensure_charon_tools() {  # espgw, espgwctl and the charon plugin, as absolute pa
 random_hex() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
 
 # The same espgw.conf for every espgw path; only where the SAs come from differs.
-write_espgw_conf() {  # write_espgw_conf FILE LOCAL_ADDRESS SA_SOURCE_LINE
+write_espgw_conf() {  # write_espgw_conf FILE LOCAL_ADDRESS SA_SOURCE_LINE [PATH_LINES]
   cat >"$1" <<EOS
 tun-name = espgw0
 tun-queues = $ESPGW_TUN_QUEUES
@@ -303,12 +305,13 @@ local-address = $2
 $3
 workers = $ESPGW_WORKERS
 log-level = info
+${4:-}
 ${ESPGW_EXTRA_CONF:-}
 EOS
 }
 
-setup_espgw() {  # setup_espgw udp|raw
-  local mode=$1 udp="" a=192.0.2.1 b=192.0.2.2 key_ab key_ba side
+setup_espgw() {  # setup_espgw udp|raw [PATH_LINES]
+  local mode=$1 path_lines=${2:-} udp="" a=192.0.2.1 b=192.0.2.2 key_ab key_ba side
   [[ $mode == udp ]] && udp="udp 4500:4500"
   ensure_espgw || path_fail "espgw binary $ESPGW missing and the build failed"
   key_ab=$(random_hex 20) key_ba=$(random_hex 20)
@@ -329,14 +332,16 @@ EOS
     local ns=$GWA local_address=$a
     [[ $side == b ]] && ns=$GWB local_address=$b
     write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_address" \
-      "static-sa-file = $PATH_NAME-static-$side.conf"
+      "static-sa-file = $PATH_NAME-static-$side.conf" "$path_lines"
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")
     wait_for 5 sh -c "ip -n '$ns' link show espgw0 | grep -q UP" ||
       path_fail "espgw in gw${side^^} did not bring espgw0 up"
   done
   meta tunnel_interface espgw0
-  if [[ $mode == udp ]]; then
+  if [[ -n $path_lines ]]; then
+    meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, $path_lines, workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+  elif [[ $mode == udp ]]; then
     meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
   else
     meta description "espgw, static SAs, AES-128-GCM, raw ESP (IP proto 50), workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
@@ -620,6 +625,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
     plain) setup_plain ;;
     espgw) setup_espgw udp ;;
     espgw-raw) setup_espgw raw ;;
+    espgw-jumbo) setup_espgw udp "jumbo-segments = yes" ;;
     espgw-charon) setup_espgw_charon 1 ;;
     espgw-charon-ecmp[0-9]*) setup_espgw_charon "${PATH_NAME#espgw-charon-ecmp}" ;;
     libipsec) setup_libipsec ;;
@@ -630,7 +636,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
   iface=$(sed -n 's/^tunnel_interface=//p' "$PATH_RESULTS/meta.txt" | tail -n 1)
   verify_path "$iface"
   measure_path
-  if [[ $PATH_NAME == espgw || $PATH_NAME == espgw-raw ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
+  if [[ $PATH_NAME == espgw || $PATH_NAME == espgw-raw || $PATH_NAME == espgw-jumbo ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
     local entry
     for entry in "${GW_PIDS[@]}"; do
       local side=${entry%%:*} lines_before letter
@@ -896,7 +902,7 @@ report = {
     "duration_s": seconds,
     "ping_interval_s": 0.2,
     "ping_under_load": "ping -i 0.2 lanA→lanB during the a_to_b_P4 run, from 1 s after its start",
-    "topology": "lanA 10.1.0.2 — gwA 192.0.2.1 — WAN veth 192.0.2.0/24 — gwB 192.0.2.2 — lanB 10.2.0.2, one netns each, MTU 1500",
+    "topology": "lanA 10.1.0.2 — gwA 192.0.2.1 — WAN veth 192.0.2.0/24 — gwB 192.0.2.2 — lanB 10.2.0.2, one netns each, " + f"LAN MTU {os.environ.get('BENCH_LAN_MTU', '1500')}, WAN MTU {os.environ.get('BENCH_WAN_MTU', '1500')}",
     "throughput": "iperf3 TCP receiver-side Gbit/s (end.sum_received); a_to_b = lanA→lanB, b_to_a = lanB→lanA (-R)",
     "versions": {
         "iperf3": sh("iperf3 --version | head -1"),

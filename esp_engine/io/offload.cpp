@@ -402,7 +402,8 @@ void TcpCoalescer::finish(Item& item) {
     // Segments that fit the LAN; a limit below the headers plus 8 bytes is no LAN MTU.
     gso_size = static_cast<uint16_t>(
         std::min<size_t>(gso_size, max_packet_ > headers + 8 ? max_packet_ - headers : 8));
-    ++stats_.resegmented;
+    // A run of segments that already fit keeps its size: only a cut that shrinks counts.
+    if (gso_size < item.gso_size) ++stats_.resegmented;
   }
   if (item.ipv6) {
     store_be16(p + 4, static_cast<uint16_t>(size - kIpv6Header));

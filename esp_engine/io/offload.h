@@ -143,7 +143,7 @@ class TcpCoalescer {
     uint64_t frames_out = 0;
     uint64_t segments_merged = 0;  // packets appended to an earlier one of their flow
     uint64_t bad_checksum = 0;     // TCP candidates passed through because a checksum failed
-    uint64_t resegmented = 0;      // frames larger than max_packet sent as GSO to fit it
+    uint64_t resegmented = 0;      // frames sent as GSO with segments cut smaller to fit max_packet
   };
 
   explicit TcpCoalescer(size_t max_flows = kDefaultMaxFlows);

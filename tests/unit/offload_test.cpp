@@ -917,6 +917,19 @@ TEST(GroCoalescer, PacketsLargerThanTheLanLeaveAsGsoFramesThatFit) {
   }
 }
 
+// Segments that each fit the LAN, merged as always: the frame is larger than the LAN, but
+// its segments keep their size, and nothing counts as segmented again.
+TEST(GroCoalescer, RunsOfSegmentsThatFitKeepTheirSize) {
+  TcpSpec s;
+  const auto segments = flow_segments(s, {1448, 1448, 1448, 700}, kAck | kPsh);
+  TcpCoalescer coalescer;
+  coalescer.set_max_packet(1500);
+  const auto frames = coalesce_all(coalescer, segments);
+  ASSERT_EQ(frames.size(), 1u);
+  check_super_packet(frames[0], segments);
+  EXPECT_EQ(coalescer.stats().resegmented, 0u);
+}
+
 TEST(GroCoalescer, PacketsThatFitTheLanOrAreCorruptAreLeftAlone) {
   TcpCoalescer coalescer;
   coalescer.set_max_packet(1500);
