@@ -40,7 +40,7 @@ bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel)
 std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member> list) {
   auto members = std::make_shared<Members>();
   // Positions + 1 must fit the entry's low bits.
-  if (list.size() >= kChoiceTableFrom && list.size() < kChoiceIndexMask) {
+  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers) {
     members->choices = std::make_unique<std::atomic<uint64_t>[]>(kChoiceIndexMask + 1);
     for (size_t i = 0; i <= kChoiceIndexMask; ++i)
       members->choices[i].store(0, std::memory_order_relaxed);
@@ -51,14 +51,20 @@ std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member
 
 const SaGroup::Member* SaGroup::choose(const Members& members, uint64_t flow_hash) {
   if (!members.choices) return score(members.list, flow_hash);
-  std::atomic<uint64_t>& entry = members.choices[flow_hash & kChoiceIndexMask];
-  const uint64_t high = flow_hash & ~kChoiceIndexMask;
-  const uint64_t cached = entry.load(std::memory_order_relaxed);
-  if (cached != 0 && (cached & ~kChoiceIndexMask) == high)
-    return &members.list[(cached & kChoiceIndexMask) - 1];
+  std::atomic<uint64_t>* bucket = &members.choices[flow_hash & kChoiceIndexMask & ~uint64_t{1}];
+  const uint64_t key = (flow_hash & ~kChoiceIndexMask) | (flow_hash & 1);
+  constexpr uint64_t kKeyBits = ~kChoiceIndexMask | 1;
+  uint64_t entries[2];
+  for (int way = 0; way < 2; ++way) {
+    entries[way] = bucket[way].load(std::memory_order_relaxed);
+    if (entries[way] != 0 && (entries[way] & kKeyBits) == key)
+      return &members.list[((entries[way] & kChoiceIndexMask) >> 1) - 1];
+  }
   const Member* best = score(members.list, flow_hash);
-  entry.store(high | static_cast<uint64_t>(best - members.list.data() + 1),
-              std::memory_order_relaxed);
+  // An empty way if there is one, else the way a further hash bit picks.
+  const int way = entries[0] == 0 ? 0 : entries[1] == 0 ? 1 : static_cast<int>(flow_hash >> 12 & 1);
+  bucket[way].store(key | static_cast<uint64_t>(best - members.list.data() + 1) << 1,
+                    std::memory_order_relaxed);
   return best;
 }
 

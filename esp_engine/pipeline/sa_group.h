@@ -71,13 +71,17 @@ class SaGroup {
   };
   // Groups this large get a table of choices (below that, scoring is cheap).
   static constexpr size_t kChoiceTableFrom = 16;
-  static constexpr uint64_t kChoiceIndexMask = 4095;  // 4096 entries, 32 KiB per list
+  static constexpr uint64_t kChoiceIndexMask = 4095;      // 4096 entries, 32 KiB per list
+  static constexpr size_t kChoiceTableMaxMembers = 2046;  // positions + 1 fit in 11 bits
   struct Members {
     std::vector<Member> list;
-    // Choices made for this list, or null. An entry is the flow hash with its low 12 bits
-    // (the entry's index, so implied) replaced by the member's position + 1; 0 is empty.
-    // Any thread may fill one: all would write the same value, since the choice depends
-    // only on this list and the hash.
+    // Choices made for this list, or null: 2048 buckets of two entries (two flows whose
+    // hashes share a bucket do not evict each other, which with one entry per index cost
+    // a fifth of 1024 flows a miss on every packet). A flow's bucket is its hash's bits
+    // 1-11; an entry holds the hash's bits 12-63 and bit 0, and the member's position + 1
+    // in bits 1-11, so that a hit means the whole hash matched; 0 is empty. Any thread
+    // may fill one: all would write the same value, since the choice depends only on
+    // this list and the hash.
     std::unique_ptr<std::atomic<uint64_t>[]> choices;
   };
   static std::shared_ptr<const Members> make_members(std::vector<Member> list);

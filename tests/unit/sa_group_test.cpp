@@ -156,8 +156,12 @@ TEST(SaGroup, LargeGroupsRememberExactlyTheRendezvousChoice) {
   std::mt19937_64 random(7);
   std::vector<uint64_t> flows(40000);
   for (auto& flow : flows) flow = random();
-  // Flows that share a table entry (the same low 12 bits) and replace each other there.
-  for (uint64_t i = 1; i <= 200; ++i) flows.push_back(i << 12 | 0x123);
+  // Flows that share a bucket and replace each other there: the same low 12 bits, and the
+  // same bits 1-11 with bit 0 differing (which the entry itself must tell apart).
+  for (uint64_t i = 1; i <= 200; ++i) {
+    flows.push_back(i << 12 | 0x123);
+    flows.push_back(i << 12 | 0x122);
+  }
   auto check = [&](const char* when) {
     int wrong = 0;
     for (const uint64_t flow : flows)
