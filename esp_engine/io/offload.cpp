@@ -155,6 +155,7 @@ OffloadResult TsoSegmenter::segment(const VnetHeader& header, std::span<const ui
   if (header.gso_type & VnetHeader::kGsoEcn) return OffloadResult::ecn;
   switch (header.gso_type) {
     case VnetHeader::kGsoNone:
+      if (packet.empty()) return OffloadResult::too_short;  // a header and nothing after it
       if (header.flags & VnetHeader::kNeedsCsum) return complete_checksum(header, packet, emit);
       return emit(packet) ? OffloadResult::ok : OffloadResult::stopped;
     case VnetHeader::kGsoTcpV4:

@@ -431,6 +431,7 @@ TEST(OffloadMalformed, RejectedWithReasonAndNothingEmitted) {
 
   const std::vector<std::pair<std::string, std::pair<Bytes, OffloadResult>>> cases = {
       {"short frame", {Bytes(9, 0), OffloadResult::too_short}},
+      {"header only", {Bytes(VnetHeader::kSize, 0), OffloadResult::too_short}},
       {"ecn",
        {mutate([](Bytes&, VnetHeader& h) { h.gso_type |= VnetHeader::kGsoEcn; }),
         OffloadResult::ecn}},
