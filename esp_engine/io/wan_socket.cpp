@@ -108,9 +108,6 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   // reading more, both to keep arrival order and because they occupy the scratch space.
   if (pending_next_ < pending_.size())
     return static_cast<int>(drain_pending(datagrams.first(count)));
-  pollfd waiter{fd_, POLLIN, 0};
-  const int ready = poll(&waiter, 1, timeout_ms);
-  if (ready <= 0) return ready;
   if (gro_ && scratch_messages_ < count) {
     // Virtual memory only until a coalesced receive writes into it.
     scratch_ = std::make_unique_for_overwrite<uint8_t[]>(count * kScratchPerMessage);
@@ -147,8 +144,16 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     header.msg_name = &datagrams[i].peer;
     header.msg_namelen = sizeof(sockaddr_storage);
   }
-  const int received =
+  // Read first and wait only when nothing is there: under load there nearly always is,
+  // and a poll() before every batch was a second system call per batch.
+  int received =
       recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+  if (received < 0 && errno == EAGAIN) {
+    pollfd waiter{fd_, POLLIN, 0};
+    const int ready = poll(&waiter, 1, timeout_ms);
+    if (ready <= 0) return ready;
+    received = recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+  }
   if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
 
   // Messages up to the first coalesced (or spilled) one are final where they are.
