@@ -120,10 +120,13 @@ void print_counters(const Section& response, const char* name, const char* title
 }
 
 void print_stats(const Message& response) {
-  std::printf("TUN %s, mtu %s, crypto %s, charon %s\n", value_or(response, "tun").c_str(),
-              value_or(response, "tunnel-mtu").c_str(),
-              value_or(response, "crypto-backend").c_str(),
+  std::printf("TUN %s, mtu %s%s, lan mtu %s, crypto %s, charon %s\n",
+              value_or(response, "tun").c_str(), value_or(response, "tunnel-mtu").c_str(),
+              response.boolean("jumbo-segments").value_or(false) ? " (jumbo segments)" : "",
+              value_or(response, "lan-mtu").c_str(), value_or(response, "crypto-backend").c_str(),
               response.boolean("charon-attached").value_or(false) ? "attached" : "not attached");
+  std::printf("TCP packets from the tunnel cut to fit the lan mtu: %s\n",
+              value_or(response, "tun-resegmented").c_str());
   print_counters(response, "gateway-drops", "gateway drops");
   print_counters(response, "engine-drops", "engine drops");
   print_counters(response, "wan", "wan sockets");

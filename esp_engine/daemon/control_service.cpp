@@ -382,6 +382,9 @@ vici::Message ControlService::stats() {
   Message response = success();
   response.set("tun", status.tun_name);
   response.set("tunnel-mtu", status.tunnel_mtu);
+  response.set("lan-mtu", status.lan_mtu);
+  response.set_bool("jumbo-segments", status.jumbo_segments);
+  response.set("tun-resegmented", status.tun_resegmented);
   response.set("crypto-backend", status.crypto_backend);
   {
     std::lock_guard lock(mutex_);

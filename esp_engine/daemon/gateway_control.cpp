@@ -107,6 +107,9 @@ GatewayStatus Gateway::status(bool entries) const {
   GatewayStatus status;
   status.tun_name = tun_->name();
   status.tunnel_mtu = tunnel_mtu_;
+  status.lan_mtu = lan_mtu_.load(std::memory_order_relaxed);
+  status.jumbo_segments = config_.jumbo_segments;
+  status.tun_resegmented = counters_.tun_resegmented.load(std::memory_order_relaxed);
   status.crypto_backend = config_.crypto_backend;
   auto describe = [&](const auto& entry, xfrm::Direction direction) {
     SaStatus sa;

@@ -49,6 +49,9 @@ struct GroupStatus {
 struct GatewayStatus {
   std::string tun_name;
   unsigned tunnel_mtu = 0;
+  unsigned lan_mtu = 0;         // larger TCP packets from the tunnel are cut to fit it
+  bool jumbo_segments = false;  // TSO super-packets cut at the tunnel MTU
+  uint64_t tun_resegmented = 0;
   std::string crypto_backend;
   // Filled in even without the lists.
   size_t sa_count = 0;         // outbound and inbound

@@ -125,8 +125,8 @@ route_present() { ip -n "$(side_ns "$1")" route show proto 245 | grep -q "$2"; }
 check_espgwctl() {
   espgwctl_on a >"$WORK/espgwctl.txt" 2>&1 || true
   if grep -q 'charon' "$WORK/espgwctl.txt" && grep -q 'ECMP groups' "$WORK/espgwctl.txt" &&
-     grep -q 'per-worker load' "$WORK/espgwctl.txt"; then
-    pass "espgwctl shows charon's SAs, the ECMP group and per-worker load"
+     grep -q 'per-worker load' "$WORK/espgwctl.txt" && grep -q 'lan mtu 1500' "$WORK/espgwctl.txt"; then
+    pass "espgwctl shows charon's SAs, the ECMP group, per-worker load and the LAN MTU"
   else fail "espgwctl output:"; cat "$WORK/espgwctl.txt"; fi
   check "espgwctl --json parses and lists 2 charon SAs" sas_equal a 2
 }
