@@ -53,7 +53,9 @@ __attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint8_t* data, siz
   return total;
 }
 
-const bool cpu_has_avx2 = __builtin_cpu_supports("avx2");
+// A static initializer may run before the compiler runtime's own CPU detection: ask for
+// it first.
+const bool cpu_has_avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2"));
 
 // Below this the vector set-up and reduction cost more than they save (headers).
 constexpr size_t kVectorFrom = 128;
