@@ -185,6 +185,10 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
   if (!config.parallel_children.empty() &&
       (config.charon_vici.empty() || config.control_socket.empty()))
     result.errors.push_back(path + ": 'parallel-child' needs 'charon-vici' and 'control-socket'");
+  if (config.jumbo_segments && !config.tun_offload)
+    result.errors.push_back(path +
+                            ": 'jumbo-segments' needs 'tun-offload = yes': only the offloading "
+                            "TUN hands over the TCP super-packets it cuts");
   if (!config.control_socket.empty() && config.ike_port == config.udp_port)
     result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
   if (result.errors.empty()) result.config = std::move(config);

@@ -22,7 +22,7 @@ socket-buffer = 1048576
 reorder-hold-us = 500
 pool-packets = 1024
 tunnel-mtu = 1400
-jumbo-segments = yes
+jumbo-segments = no
 lan-mtu = 9000
 log-level = debug
 stats-interval = 10
@@ -44,7 +44,7 @@ stats-interval = 10
   EXPECT_EQ(c.reorder_hold.count(), 500);
   EXPECT_EQ(c.pool_packets, 1024u);
   EXPECT_EQ(*c.tunnel_mtu, 1400u);
-  EXPECT_TRUE(c.jumbo_segments);
+  EXPECT_FALSE(c.jumbo_segments);  // "yes" needs tun-offload, which this file turns off
   EXPECT_EQ(*c.lan_mtu, 9000u);
   EXPECT_EQ(c.log_level, LogLevel::debug);
   EXPECT_EQ(c.stats_interval.count(), 10);
@@ -100,6 +100,9 @@ TEST(GatewayConfig, JumboSegmentsAreOffAndTheLanMtuDerivedByDefault) {
   ASSERT_TRUE(defaults.config);
   EXPECT_FALSE(defaults.config->jumbo_segments);
   EXPECT_FALSE(defaults.config->lan_mtu);
+  const auto jumbo = parse_gateway_config_text(base + "jumbo-segments = yes\n", "gw.conf");
+  ASSERT_TRUE(jumbo.config);
+  EXPECT_TRUE(jumbo.config->jumbo_segments);
   const auto back_to_auto =
       parse_gateway_config_text(base + "lan-mtu = 1500\nlan-mtu = auto\n", "gw.conf");
   ASSERT_TRUE(back_to_auto.config);
@@ -112,6 +115,12 @@ TEST(GatewayConfig, JumboSegmentsAreOffAndTheLanMtuDerivedByDefault) {
       "gw.conf:5: 'lan-mtu': expected auto, or an MTU from 576 to 65535, got '70000'",
   };
   EXPECT_EQ(bad.errors, expected);
+  const auto without_offload =
+      parse_gateway_config_text(base + "jumbo-segments = yes\ntun-offload = no\n", "gw.conf");
+  ASSERT_EQ(without_offload.errors.size(), 1u);
+  EXPECT_EQ(without_offload.errors[0],
+            "gw.conf: 'jumbo-segments' needs 'tun-offload = yes': only the offloading TUN hands "
+            "over the TCP super-packets it cuts");
 }
 
 TEST(GatewayConfig, RequiredKeysAndMissingFile) {
