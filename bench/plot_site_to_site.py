@@ -10,6 +10,7 @@ Defaults: bench/results/site_to_site.json and docs/img/site_to_site.png.
 """
 import json
 import os
+import re
 import sys
 
 import matplotlib
@@ -69,8 +70,11 @@ def main():
     ax.set_ylabel("TCP throughput, Gbit/s (log)")
     ax.grid(axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", ncol=min(len(paths), 3))
+    # "LAN MTU 1500, WAN MTU 9000" when the run says so (runs before 1 Dec 2026 do not).
+    mtus = re.search(r"LAN MTU \d+, WAN MTU \d+", report.get("topology", ""))
     ax.set_title(f"Site-to-site over veth: iperf3 TCP -C {report['congestion_control']}, "
-                 f"{report['duration_s']} s per run\n{report['cpu_model']}, {report['cpus']} CPUs, "
+                 f"{report['duration_s']} s per run{', ' + mtus.group(0) if mtus else ''}\n"
+                 f"{report['cpu_model']}, {report['cpus']} CPUs, "
                  f"kernel {report['kernel']}, {report['date'][:10]}", fontsize=10)
 
     width = 0.38
