@@ -165,11 +165,4 @@ void ReorderBuffer::flush(std::vector<Packet*>& out) {
   }
 }
 
-bool ReorderBuffer::ready(LazyNow& now, bool busy) const {
-  if (held_ == 0) return false;
-  if (slots_[next_ & slot_mask_] != nullptr) return true;
-  uint64_t resume_index = 0;
-  return gap_expired(now, resume_index, busy);
-}
-
 }  // namespace espgw::pipeline

@@ -76,12 +76,6 @@ class ReorderBuffer {
   // Releases everything held, skipping every gap (shutdown, SA removal).
   void flush(std::vector<Packet*>& out);
 
-  // True when release() would return something now.
-  bool ready(LazyNow& now, bool busy = false) const;
-  bool ready(uint64_t now_ns, bool busy = false) const {
-    LazyNow now = LazyNow::at(now_ns);
-    return ready(now, busy);
-  }
   size_t held() const { return held_; }
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
