@@ -196,7 +196,7 @@ class Gateway {
   std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>
       retired_;
   std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
-  std::map<std::string, uint32_t> path_mtus_;     // route MTU towards each peer, by address
+  std::map<std::string, uint32_t> path_mtus_;     // route MTU by address (peers, local selectors)
   std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
   std::multiset<unsigned> lan_mtu_candidates_;    // one per inbound SA with local selectors
   std::map<uint32_t, InstalledPolicy> policies_;  // by id, static and charon's

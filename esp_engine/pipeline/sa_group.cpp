@@ -39,12 +39,10 @@ bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel)
 
 std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member> list) {
   auto members = std::make_shared<Members>();
-  // Positions + 1 must fit the entry's low bits.
-  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers) {
+  // Positions + 1 must fit the entry's low bits. make_unique<T[]> value-initializes, and
+  // a value-initialized std::atomic holds 0 (C++20): every entry starts empty.
+  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers)
     members->choices = std::make_unique<std::atomic<uint64_t>[]>(kChoiceIndexMask + 1);
-    for (size_t i = 0; i <= kChoiceIndexMask; ++i)
-      members->choices[i].store(0, std::memory_order_relaxed);
-  }
   members->list = std::move(list);
   return members;
 }
