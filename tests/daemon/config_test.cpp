@@ -75,18 +75,22 @@ local-address = 300.1.1.1
   EXPECT_EQ(result.errors, expected);
 }
 
+// gw.conf with the two required keys (lines 1 and 2), then `lines`.
+ConfigResult parse_with(const std::string& lines) {
+  return parse_gateway_config_text("local-address = 192.0.2.1\nstatic-sa-file = s.conf\n" + lines,
+                                   "gw.conf");
+}
+
 TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
-  const std::string base = "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n";
-  const auto inline_mode = parse_gateway_config_text(base + "workers = inline\n", "gw.conf");
+  const auto inline_mode = parse_with("workers = inline\n");
   ASSERT_TRUE(inline_mode.config);
   EXPECT_TRUE(inline_mode.config->run_to_completion);
   // The last line wins, as for every key.
-  const auto counted =
-      parse_gateway_config_text(base + "workers = inline\nworkers = 2\n", "gw.conf");
+  const auto counted = parse_with("workers = inline\nworkers = 2\n");
   ASSERT_TRUE(counted.config);
   EXPECT_FALSE(counted.config->run_to_completion);
   EXPECT_EQ(counted.config->workers, 2u);
-  const auto bad = parse_gateway_config_text(base + "workers = lots\n", "gw.conf");
+  const auto bad = parse_with("workers = lots\n");
   EXPECT_FALSE(bad.config);
   ASSERT_EQ(bad.errors.size(), 1u);
   EXPECT_EQ(bad.errors[0],
@@ -95,28 +99,24 @@ TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
 }
 
 TEST(GatewayConfig, JumboSegmentsAreOffAndTheLanMtuDerivedByDefault) {
-  const std::string base = "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n";
-  const auto defaults = parse_gateway_config_text(base, "gw.conf");
+  const auto defaults = parse_with("");
   ASSERT_TRUE(defaults.config);
   EXPECT_FALSE(defaults.config->jumbo_segments);
   EXPECT_FALSE(defaults.config->lan_mtu);
-  const auto jumbo = parse_gateway_config_text(base + "jumbo-segments = yes\n", "gw.conf");
+  const auto jumbo = parse_with("jumbo-segments = yes\n");
   ASSERT_TRUE(jumbo.config);
   EXPECT_TRUE(jumbo.config->jumbo_segments);
-  const auto back_to_auto =
-      parse_gateway_config_text(base + "lan-mtu = 1500\nlan-mtu = auto\n", "gw.conf");
+  const auto back_to_auto = parse_with("lan-mtu = 1500\nlan-mtu = auto\n");
   ASSERT_TRUE(back_to_auto.config);
   EXPECT_FALSE(back_to_auto.config->lan_mtu);
-  const auto bad = parse_gateway_config_text(
-      base + "lan-mtu = 100\njumbo-segments = maybe\nlan-mtu = 70000\n", "gw.conf");
+  const auto bad = parse_with("lan-mtu = 100\njumbo-segments = maybe\nlan-mtu = 70000\n");
   const std::vector<std::string> expected = {
       "gw.conf:3: 'lan-mtu': expected auto, or an MTU from 576 to 65535, got '100'",
       "gw.conf:4: 'jumbo-segments': expected yes or no, got 'maybe'",
       "gw.conf:5: 'lan-mtu': expected auto, or an MTU from 576 to 65535, got '70000'",
   };
   EXPECT_EQ(bad.errors, expected);
-  const auto without_offload =
-      parse_gateway_config_text(base + "jumbo-segments = yes\ntun-offload = no\n", "gw.conf");
+  const auto without_offload = parse_with("jumbo-segments = yes\ntun-offload = no\n");
   ASSERT_EQ(without_offload.errors.size(), 1u);
   EXPECT_EQ(without_offload.errors[0],
             "gw.conf: 'jumbo-segments' needs 'tun-offload = yes': only the offloading TUN hands "
