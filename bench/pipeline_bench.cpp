@@ -3,8 +3,9 @@
 //
 //   feeder (the benchmark thread)
 //     acquire a Packet (nullptr = backpressure: yield and retry), copy a 1400-byte inner
-//     IPv4/UDP packet in, classify it (flow_hash + SaGroup::pick), write a per-SA counter
-//     into the UDP payload, Pipeline::submit_outbound(channel, packet, OuterHeaders::omit)
+//     IPv4/UDP packet in, classify it (SaGroup::pick_for_packet: flow_hash when the group
+//     has a choice), write a per-SA counter into the UDP payload,
+//     Pipeline::submit_outbound(channel, packet, OuterHeaders::omit)
 //   workers seal, the SA's OrderedRelease hands ESP packets in order to the LoopbackSink
 //   LoopbackSink::deliver (on a worker)
 //     copies each ESP packet into a fresh Packet and calls submit_inbound on the same
@@ -102,7 +103,6 @@
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
 #include "pipeline/channels.h"
-#include "pipeline/flow_hash.h"
 #include "pipeline/ordered_release.h"
 #include "pipeline/packet.h"
 #include "pipeline/pipeline.h"
@@ -515,8 +515,8 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       uint8_t* data = packet->buffer.data();
       espgw::store_be16(data + 20, static_cast<uint16_t>(kSourcePortBase + flow));
       flow = flow + 1 == kFlows ? 0 : flow + 1;
-      const uint64_t hash = pl::flow_hash(packet->buffer.bytes(), kFlowSeed);
-      std::shared_ptr<pl::OutboundChannel> channel = rig.group.pick(hash);
+      // As the gateway classifies: the flow hash is computed when the group has a choice.
+      pl::OutboundChannel* channel = rig.group.pick_for_packet(packet->buffer.bytes(), kFlowSeed);
       // Per-SA backpressure: wait rather than have the packet dropped as queue-full.
       if (channel->in_flight() >= channel->max_in_flight()) {
         const auto t0 = wait_start();
@@ -530,7 +530,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       const uint32_t sa_index = channel->sa().config().spi - kSpiBase;
       write_marker(data, sa_index, ++rig.next_counter[sa_index]);
       ++fed;
-      if (pipeline.submit_outbound(std::move(channel), packet, esp::OuterHeaders::omit) !=
+      if (pipeline.submit_outbound(*channel, packet, esp::OuterHeaders::omit) !=
           esp::DropReason::none)
         ++feeder_drops;
     }

@@ -16,7 +16,6 @@
 #include "esp/esp_format.h"
 #include "esp/wire.h"
 #include "io/offload.h"
-#include "pipeline/flow_hash.h"
 #include "util/byte_order.h"
 #include "xfrm/flow_key.h"
 #include "xfrm/lifetime.h"
@@ -316,7 +315,9 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     fresh->from_charon = from_charon;
     fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, backend);
     fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
-    fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink);
+    // Packets in flight after the SA is removed still deliver through the sink: the
+    // channel keeps it until the pipeline deletes the channel.
+    fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink, fresh->sink);
     fresh->mtu_candidate = mtu_candidate(entry.config);
     mtu_candidates_.insert(fresh->mtu_candidate);
     log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
@@ -380,10 +381,6 @@ void Gateway::retire_outbound_locked(
       if (successor) group->second->set_member(slot, successor->channel);
     }
   mtu_candidates_.erase(mtu_candidates_.find(old.mtu_candidate));
-  // Packets in flight still deliver through the sink: it stays until the channel is gone
-  // (the last packet and snapshot let go of it).
-  std::erase_if(retired_, [](const auto& retired) { return retired.first.expired(); });
-  retired_.emplace_back(old.channel, old.sink);
   outbound_.erase(it);
   drop_group_if_empty_locked(reqid);
 }
@@ -639,16 +636,17 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
     return;
   }
   const auto group = forwarding.groups.find(policy->reqid);
-  std::shared_ptr<pipeline::OutboundChannel> channel;
+  // This thread's snapshot of the group keeps the channel alive through the submit.
+  pipeline::OutboundChannel* channel = nullptr;
   if (group != forwarding.groups.end())
-    channel = group->second->pick(pipeline::flow_hash(packet->buffer.bytes(), flow_seed_));
+    channel = group->second->pick_for_packet(packet->buffer.bytes(), flow_seed_);
   if (!channel) {
     counters_.no_sa.fetch_add(1, std::memory_order_relaxed);
     pipeline_->release(packet);
     return;
   }
   // Drops (queue-full, sequence-exhausted, ...) are counted on the SA.
-  pipeline_->submit_outbound(std::move(channel), packet, esp::OuterHeaders::omit);
+  pipeline_->submit_outbound(*channel, packet, esp::OuterHeaders::omit);
 }
 
 void Gateway::tun_reader(unsigned queue) {

@@ -191,10 +191,6 @@ class Gateway {
 
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
   std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
-  // Sinks of removed outbound SAs: packets in flight still deliver through them, so each
-  // stays until its channel is gone (the last packet and snapshot let go of it).
-  std::vector<std::pair<std::weak_ptr<pipeline::OutboundChannel>, std::shared_ptr<WanSink>>>
-      retired_;
   std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
   std::map<std::string, uint32_t> path_mtus_;     // route MTU by address (peers, local selectors)
   std::multiset<unsigned> mtu_candidates_;        // one per outbound SA

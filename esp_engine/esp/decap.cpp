@@ -1,5 +1,8 @@
 #include "esp/decap.h"
 
+#include <array>
+#include <vector>
+
 #include "esp/esp_format.h"
 #include "util/byte_order.h"
 
@@ -43,11 +46,6 @@ bool inner_addresses_allowed(const InboundSa& sa, const uint8_t* p) {
 }
 
 }  // namespace
-
-std::optional<uint32_t> esp_spi(const PacketBuffer& packet) {
-  if (packet.size() < kEspHeaderLength) return std::nullopt;
-  return load_be32(packet.data());
-}
 
 DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared) {
   if (packet.size() < kMinEspPacketLength) return drop(sa.counters(), DropReason::too_short);
@@ -99,21 +97,44 @@ DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload
 }  // namespace
 
 DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
-  InboundSa& sa = *prepared.sa;
-  packet.pull_front(kEspHeaderLength + kExplicitIvLength);
-  packet.trim_back(kIcvLength);
-  size_t length = 0;
-  const DropReason parsed = parse_decrypted(sa, packet.data(), packet.size(), length);
+  FinishItem item{&prepared, &packet, DropReason::none};
+  decap_finish_each(std::span<FinishItem>(&item, 1));
+  return item.reason;
+}
+
+void decap_finish_each(std::span<FinishItem> items) {
+  if (items.empty()) return;
+  InboundSa& sa = *items.front().prepared->sa;
   // The window moves for every authentic packet (RFC 4303 3.4.3), whatever its contents;
-  // a replay verdict outranks any content problem. The packet is counted inside the
+  // a replay verdict outranks any content problem. Packets are counted inside the
   // commit's critical section (single-writer counters).
-  const auto verdict = sa.replay_window().commit(prepared.sequence, [&] {
-    if (parsed == DropReason::none) sa.counters().count_packet_locked(length);
-  });
-  if (verdict != ReplayWindow::Verdict::accept) return drop(sa.counters(), replay_reason(verdict));
-  if (parsed != DropReason::none) return drop(sa.counters(), parsed);
-  packet.narrow(0, length);
-  return DropReason::none;
+  std::array<size_t, 64> lengths_small;
+  std::vector<size_t> lengths_large;
+  size_t* lengths = lengths_small.data();
+  if (items.size() > lengths_small.size()) {
+    lengths_large.resize(items.size());
+    lengths = lengths_large.data();
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    PacketBuffer& packet = *items[i].packet;
+    packet.pull_front(kEspHeaderLength + kExplicitIvLength);
+    packet.trim_back(kIcvLength);
+    items[i].reason = parse_decrypted(sa, packet.data(), packet.size(), lengths[i]);
+  }
+  sa.replay_window().commit_each(
+      items.size(), [&](size_t i) { return items[i].prepared->sequence; },
+      [&](size_t i, ReplayWindow::Verdict verdict) {
+        if (verdict != ReplayWindow::Verdict::accept)
+          items[i].reason = replay_reason(verdict);  // outranks a content problem
+        else if (items[i].reason == DropReason::none)
+          sa.counters().count_packet_locked(lengths[i]);
+      });
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].reason != DropReason::none)
+      drop(sa.counters(), items[i].reason);
+    else
+      items[i].packet->narrow(0, lengths[i]);
+  }
 }
 
 DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet) {

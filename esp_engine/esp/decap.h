@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "esp/counters.h"
 #include "esp/drop_reason.h"
+#include "esp/esp_format.h"
 #include "esp/inbound_sa_table.h"
 #include "esp/packet_buffer.h"
+#include "util/byte_order.h"
 
 namespace espgw::esp {
 
@@ -24,7 +27,12 @@ struct PreparedDecap {
 };
 
 // The SPI of the ESP packet in `packet`, or nullopt if it is too short to carry one.
-std::optional<uint32_t> esp_spi(const PacketBuffer& packet);
+// Inline: out of line, GCC returned the optional through a stack slot written in two
+// pieces and read back whole, a failed store-to-load forward on every received packet.
+inline std::optional<uint32_t> esp_spi(const PacketBuffer& packet) {
+  if (packet.size() < kEspHeaderLength) return std::nullopt;
+  return load_be32(packet.data());
+}
 
 // Length, alignment and anti-replay pre-check for a packet whose SA has been looked up.
 // Drops count on the SA.
@@ -34,6 +42,14 @@ DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
 // Commits the sequence number, checks the trailer and the inner packet, and narrows
 // `packet` to the inner packet (TFC padding removed). Counts the result.
 DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet);
+// decap_finish for packets of one SA (every prepared.sa the same), with one acquisition
+// of the SA's replay-window lock for all of them. Fills in each item's reason.
+struct FinishItem {
+  const PreparedDecap* prepared;
+  PacketBuffer* packet;
+  DropReason reason;  // the result (no initializer: a worker keeps arrays of these)
+};
+void decap_finish_each(std::span<FinishItem> items);
 
 // All three steps on the calling thread.
 DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet);

@@ -55,6 +55,14 @@ class ReplayWindow {
     if (verdict == Verdict::accept) on_accept();
     return verdict;
   }
+  // commit() for several sequence numbers in one acquisition of the lock (a worker's batch
+  // of one SA): `sequence(i)` gives the i-th number, `on_verdict(i, verdict)` runs inside
+  // the critical section for each.
+  template <typename Sequence, typename OnVerdict>
+  void commit_each(size_t count, Sequence&& sequence, OnVerdict&& on_verdict) {
+    std::lock_guard guard(commit_lock_);
+    for (size_t i = 0; i < count; ++i) on_verdict(i, commit_locked(sequence(i)));
+  }
 
  private:
   Verdict verdict_for(uint64_t sequence, uint64_t top) const;

@@ -5,8 +5,9 @@
 namespace espgw::pipeline {
 
 OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink,
-                                 size_t max_in_flight)
+                                 size_t max_in_flight, std::shared_ptr<void> keep_alive)
     : sa_(std::move(sa)),
+      keep_alive_(std::move(keep_alive)),
       sink_(sink),
       max_in_flight_(max_in_flight),
       first_sequence_(sa_->last_sequence() + 1),

@@ -1,7 +1,9 @@
 // Per-SA pipeline state. Both channels release their SA's packets by ESP sequence number:
 // outbound the numbers are dense (the SA hands them out in order), inbound they may have
 // gaps (loss) and arrive in any order. Workers reach a channel through the Packet, never
-// through a shared table.
+// through a shared table. The Packet's pointer does not own the channel: the Pipeline
+// creates channels whose last owner hands them to its ChannelReclaimer, which deletes
+// them once no packet and no worker can reach them (channel_reclaimer.h).
 #pragma once
 
 #include <atomic>
@@ -15,7 +17,10 @@ namespace espgw::pipeline {
 
 class OutboundChannel {
  public:
-  OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink, size_t max_in_flight);
+  // `keep_alive` (optional) lives as long as the channel: the sink's owner, typically,
+  // since packets still in flight after the SA is gone are delivered through it.
+  OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink, size_t max_in_flight,
+                  std::shared_ptr<void> keep_alive = {});
 
   esp::OutboundSa& sa() { return *sa_; }
   PacketSink& sink() { return sink_; }
@@ -35,6 +40,7 @@ class OutboundChannel {
   friend class Pipeline;
   std::shared_ptr<esp::OutboundSa> sa_;
   std::shared_ptr<InFlightBudget> budget_;
+  std::shared_ptr<void> keep_alive_;
   PacketSink& sink_;
   const size_t max_in_flight_;
   // Packets are released by sequence number, which the SA hands out in order under its
@@ -43,7 +49,9 @@ class OutboundChannel {
   OrderedRelease release_;
 };
 
-class InboundChannel {
+// shared_from_this: a worker that leaves packets held behind a gap hands the gap timer an
+// owning reference, from the packet's plain pointer.
+class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
  public:
   InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink, size_t reorder_capacity,
                  uint64_t hold_ns);
@@ -52,6 +60,8 @@ class InboundChannel {
   uint32_t spi() const { return sa_->config().spi; }
   PacketSink& sink() { return sink_; }
   OrderedRelease& release() { return release_; }
+  // Packets submitted and not yet staged in the reorder buffer (or dropped).
+  uint64_t packets_in_crypto() const { return in_crypto_.load(std::memory_order_acquire); }
 
  private:
   friend class Pipeline;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "esp/decap.h"
 #include "esp/encap.h"
@@ -23,9 +22,11 @@ struct Packet {
   esp::PacketBuffer buffer;
   Direction direction = Direction::outbound;
   esp::OuterHeaders outer = esp::OuterHeaders::include;
-  // The channel keeps its SA alive while this packet is in flight (rekey, delete).
-  std::shared_ptr<OutboundChannel> outbound;
-  std::shared_ptr<InboundChannel> inbound;
+  // The packet's channel, not owned: the pipeline deletes a channel whose owners let go
+  // only once no packet points at it (ChannelReclaimer), so the SA and its key stay valid
+  // for the packets in flight on it (rekey, delete).
+  OutboundChannel* outbound = nullptr;
+  InboundChannel* inbound = nullptr;
   esp::PreparedEncap encap;
   esp::PreparedDecap decap;
   uint64_t arrival_ns = 0;  // when it entered a reorder buffer (hold-time accounting)
@@ -36,8 +37,8 @@ struct Packet {
   uint32_t batch_length = 1;
 
   void clear_references() {
-    outbound.reset();
-    inbound.reset();
+    outbound = nullptr;
+    inbound = nullptr;
     decap = {};
   }
 };

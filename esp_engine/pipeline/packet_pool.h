@@ -51,6 +51,24 @@ class PacketPool {
     }
   }
 
+  // Up to out.size() packets with one compare-exchange (the top of the stack); returns how
+  // many. A walk that raced with a pop or push is thrown away: every change moves the tag.
+  size_t acquire(std::span<Packet*> out) {
+    uint64_t head = head_.load(std::memory_order_acquire);
+    for (;;) {
+      size_t count = 0;
+      uint32_t index = index_of(head);
+      while (index != kEmpty && count < out.size()) {
+        out[count++] = packets_[index].get();
+        index = next_[index].load(std::memory_order_relaxed);
+      }
+      if (count == 0) return 0;
+      if (head_.compare_exchange_weak(head, pack(index, tag_of(head) + 1),
+                                      std::memory_order_acq_rel, std::memory_order_acquire))
+        return count;
+    }
+  }
+
   void release(Packet* packet) {
     packet->clear_references();
     const uint32_t index = packet->pool_index;

@@ -62,6 +62,7 @@ uint64_t this_thread_token() {
 Pipeline::Pipeline(PipelineConfig config)
     : config_(std::move(config)),
       id_(next_pipeline_id.fetch_add(1, std::memory_order_relaxed)),
+      acquire_batch_(std::min(kWorkerBatch, config_.pool_packets / (4 * kSubmitterSlots))),
       pool_(config_.pool_packets, config_.packet_capacity),
       work_(config_.pool_packets) {
   if (config_.pool_packets == 0 || config_.max_in_flight_per_sa == 0 ||
@@ -92,12 +93,23 @@ Pipeline::~Pipeline() {
   timer_.join();
   // Deliver what is still held behind gaps; every packet goes back to the pool.
   for (auto& channel : stalled_) channel->release().flush(channel->sink(), pool_);
+  stalled_.clear();
   inbound_.for_each([this](const std::shared_ptr<InboundChannel>& channel) {
     channel->release().flush(channel->sink(), pool_);
   });
+  // Nothing is in flight and no thread is in a section: every retired channel goes now.
+  reclaimer_->reclaim(pool_);
 }
 
 Packet* Pipeline::acquire() {
+  // A thread with a slot (a reader, a run-to-completion submitter) takes packets a batch
+  // at a time: one locked instruction per batch instead of one per packet.
+  if (SubmitterSlot* slot = acquire_batch_ > 1 ? own_slot(false) : nullptr) {
+    if (slot->free_count == 0)
+      slot->free_count = static_cast<uint32_t>(
+          pool_.acquire(std::span<Packet*>(slot->free.data(), acquire_batch_)));
+    if (slot->free_count != 0) return slot->free[--slot->free_count];
+  }
   if (Packet* packet = pool_.acquire()) return packet;
   // Run to completion: the packets this thread (or another) submitted come back to the
   // pool once this thread has processed them.
@@ -109,6 +121,12 @@ Packet* Pipeline::acquire() {
       if (Packet* packet = pool_.acquire()) return packet;
   relieve_pressure();
   return pool_.acquire();
+}
+
+size_t Pipeline::free_packets() const {
+  size_t count = pool_.count_free();
+  for (size_t i = 0; i < kSubmitterSlots; ++i) count += slots_[i].free_count;
+  return count;
 }
 
 void Pipeline::relieve_pressure() {
@@ -135,9 +153,28 @@ void Pipeline::relieve_pressure() {
   if (flushed) pressure_flushes_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// The deleter of every channel the pipeline makes: the reclaimer deletes it once packets
+// in flight cannot reach it; without a pipeline nothing is in flight.
+template <typename Channel>
+std::shared_ptr<Channel> reclaimed_by(std::weak_ptr<ChannelReclaimer> reclaimer, Channel* channel) {
+  return std::shared_ptr<Channel>(channel, [reclaimer = std::move(reclaimer)](Channel* retired) {
+    if (auto alive = reclaimer.lock())
+      alive->retire(retired);
+    else
+      delete retired;
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<OutboundChannel> Pipeline::make_outbound(std::shared_ptr<esp::OutboundSa> sa,
-                                                         PacketSink& sink) {
-  return std::make_shared<OutboundChannel>(std::move(sa), sink, config_.max_in_flight_per_sa);
+                                                         PacketSink& sink,
+                                                         std::shared_ptr<void> keep_alive) {
+  return reclaimed_by(std::weak_ptr(reclaimer_),
+                      new OutboundChannel(std::move(sa), sink, config_.max_in_flight_per_sa,
+                                          std::move(keep_alive)));
 }
 
 std::shared_ptr<InboundChannel> Pipeline::add_inbound(std::shared_ptr<esp::InboundSa> sa,
@@ -145,7 +182,8 @@ std::shared_ptr<InboundChannel> Pipeline::add_inbound(std::shared_ptr<esp::Inbou
   const uint64_t hold_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(config_.reorder_hold).count());
   auto channel =
-      std::make_shared<InboundChannel>(std::move(sa), sink, config_.reorder_capacity, hold_ns);
+      reclaimed_by(std::weak_ptr(reclaimer_),
+                   new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns));
   return inbound_.add(channel) ? channel : nullptr;
 }
 
@@ -287,6 +325,8 @@ bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   if (inside) return false;
   inside = true;
   assisting_.fetch_add(1, std::memory_order_seq_cst);
+  // The packets taken below point at channels they do not own.
+  const ChannelReclaimer::Section section(*reclaimer_);
   // With workers, a reader's own batch goes to them (hand_over); here only the queue.
   SubmitterSlot* own = config_.run_to_completion ? own_slot(false) : nullptr;
   std::array<Packet*, kWorkerBatch> batch;
@@ -311,9 +351,8 @@ void Pipeline::wake_one_worker() {
   futex_wake(wake_, 1);
 }
 
-esp::DropReason Pipeline::submit_outbound(std::shared_ptr<OutboundChannel> channel, Packet* packet,
+esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
                                           esp::OuterHeaders outer) {
-  OutboundChannel& c = *channel;
   InFlightBudget* budget = c.budget();
   if (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit) {
     // The SA's group has its bound in flight: the same drop as the SA's own bound.
@@ -331,7 +370,7 @@ esp::DropReason Pipeline::submit_outbound(std::shared_ptr<OutboundChannel> chann
   if (budget) budget->in_flight.fetch_add(1, std::memory_order_relaxed);
   packet->direction = Direction::outbound;
   packet->outer = outer;
-  packet->outbound = std::move(channel);
+  packet->outbound = &c;
   enqueue(packet);
   return esp::DropReason::none;
 }
@@ -339,11 +378,12 @@ esp::DropReason Pipeline::submit_outbound(std::shared_ptr<OutboundChannel> chann
 esp::DropReason Pipeline::submit_inbound(Packet* packet) {
   esp::DropReason reason = esp::DropReason::none;
   const auto spi = esp::esp_spi(packet->buffer);
-  std::shared_ptr<InboundChannel> channel;
+  // Valid until this thread's next lookup: the packet then points at it without owning it.
+  InboundChannel* channel = nullptr;
   if (!spi) {
     reason = esp::DropReason::too_short;
     engine_counters_.count(reason);
-  } else if (!(channel = inbound_.find_shared(*spi))) {
+  } else if (!(channel = inbound_.find_cached(*spi))) {
     reason = esp::DropReason::no_sa;
     engine_counters_.count(reason);
   } else {
@@ -355,7 +395,7 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
   }
   packet->direction = Direction::inbound;
   channel->in_crypto_.fetch_add(1, std::memory_order_relaxed);
-  packet->inbound = std::move(channel);
+  packet->inbound = channel;
   enqueue(packet);
   return esp::DropReason::none;
 }
@@ -366,11 +406,16 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
   // draining are the shared, serial part; doing them once per batch and channel keeps
   // workers that share an SA from trading its lock for every packet.
   struct Touched {
-    std::shared_ptr<OutboundChannel> outbound;
-    std::shared_ptr<InboundChannel> inbound;
+    OutboundChannel* outbound = nullptr;
+    InboundChannel* inbound = nullptr;
     std::array<OrderedRelease::Staged, kWorkerBatch> staged;
     size_t count = 0;
     size_t finished = 0;  // inbound packets through crypto, staged or dropped
+    // Inbound packets whose ICV verified: finished together, with one acquisition of
+    // the SA's replay-window lock.
+    std::array<esp::FinishItem, kWorkerBatch> opened;
+    std::array<Packet*, kWorkerBatch> opened_packets;
+    size_t opened_count = 0;
   };
   std::array<Touched, kWorkerBatch> touched;
   size_t touched_count = 0;
@@ -378,31 +423,45 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     for (size_t i = 0; i < touched_count; ++i)
       if (touched[i].*member == channel) return touched[i];
     Touched& t = touched[touched_count++];
-    t.*member = std::move(channel);
+    t.*member = channel;
     return t;
   };
   for (size_t i = 0; i < count; ++i) {
     Packet* packet = batch[i];
     if (config_.before_crypto) config_.before_crypto(worker);
     if (packet->direction == Direction::outbound) {
-      std::shared_ptr<OutboundChannel> channel = std::move(packet->outbound);
+      OutboundChannel* channel = packet->outbound;
+      packet->outbound = nullptr;
       esp::encap_seal(channel->sa(), packet->buffer, packet->encap);
       Touched& t = slot_for(channel, &Touched::outbound);
       // Outbound packets are released by their sequence number, dense per SA.
       t.staged[t.count++] = {packet->encap.sequence, packet};
       continue;
     }
-    std::shared_ptr<InboundChannel> channel = std::move(packet->inbound);
-    const uint64_t sequence = packet->decap.sequence;
-    esp::DropReason reason = esp::decap_open(packet->decap, packet->buffer);
-    if (reason == esp::DropReason::none) reason = esp::decap_finish(packet->decap, packet->buffer);
+    InboundChannel* channel = packet->inbound;
+    packet->inbound = nullptr;
     Touched& t = slot_for(channel, &Touched::inbound);
     ++t.finished;
-    if (reason == esp::DropReason::none) {
-      t.staged[t.count++] = {sequence, packet};
-    } else {
-      pool_.release(packet);  // the drop is already counted on the SA
-      if (authenticated_drop(reason)) t.staged[t.count++] = {sequence, nullptr};
+    if (esp::decap_open(packet->decap, packet->buffer) != esp::DropReason::none) {
+      pool_.release(packet);  // counted on the SA; no tombstone: the number is unproven
+      continue;
+    }
+    t.opened_packets[t.opened_count] = packet;
+    t.opened[t.opened_count++] = {&packet->decap, &packet->buffer, esp::DropReason::none};
+  }
+  for (size_t i = 0; i < touched_count; ++i) {
+    Touched& t = touched[i];
+    if (t.opened_count == 0) continue;
+    esp::decap_finish_each(std::span(t.opened.data(), t.opened_count));
+    for (size_t j = 0; j < t.opened_count; ++j) {
+      Packet* packet = t.opened_packets[j];
+      const uint64_t sequence = packet->decap.sequence;
+      if (t.opened[j].reason == esp::DropReason::none) {
+        t.staged[t.count++] = {sequence, packet};
+      } else {
+        pool_.release(packet);  // the drop is already counted on the SA
+        if (authenticated_drop(t.opened[j].reason)) t.staged[t.count++] = {sequence, nullptr};
+      }
     }
   }
   for (size_t i = 0; i < touched_count; ++i) {
@@ -414,7 +473,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       // Only once staged are these packets where the reorder buffer sees them: until then
       // they count as in crypto, so that a gap they fill is not given up on meanwhile.
       if (t.inbound->release().stage_and_drain(staged, t.finished, t.inbound->sink(), pool_))
-        schedule_gap_timer(t.inbound);
+        schedule_gap_timer(*t.inbound);
     }
   }
 }
@@ -427,6 +486,8 @@ void Pipeline::worker_loop(unsigned index) {
   for (;;) {
     state.busy.store(true, std::memory_order_seq_cst);
     for (;;) {
+      // The popped packets point at channels they do not own.
+      const ChannelReclaimer::Section section(*reclaimer_);
       const size_t count = pop_batch(batch);
       if (count == 0) break;
       process_batch(batch.data(), count, index);
@@ -482,30 +543,44 @@ void Pipeline::wait_idle() {
   }
 }
 
-void Pipeline::schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel) {
-  if (channel->timer_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
+void Pipeline::schedule_gap_timer(InboundChannel& channel) {
+  if (channel.timer_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
+  // The timer owns what it waits on. A channel whose owners all let go is the reclaimer's:
+  // it flushes what the channel holds before deleting it.
+  std::shared_ptr<InboundChannel> owned = channel.weak_from_this().lock();
+  if (!owned) return;
   {
     std::lock_guard guard(timer_mutex_);
-    stalled_.push_back(channel);
+    stalled_.push_back(std::move(owned));
   }
   timer_wake_.notify_one();
 }
 
 void Pipeline::timer_loop() {
   // Re-checks stalled channels a few times per hold period, and sleeps when none is.
+  // Also deletes retired channels, looking for them every kReclaimPoll while no channel
+  // is stalled (a deleter may run on any thread, under locks of its own: it does not
+  // wake the timer).
   const auto tick = std::max(config_.reorder_hold / 4, std::chrono::microseconds(50));
+  constexpr auto kReclaimPoll = std::chrono::milliseconds(20);
   std::vector<std::shared_ptr<InboundChannel>> due;
   std::unique_lock lock(timer_mutex_);
   for (;;) {
-    timer_wake_.wait(lock, [&] { return timer_stop_ || !stalled_.empty(); });
+    if (reclaimer_->waiting() != 0) {
+      lock.unlock();
+      reclaimer_->reclaim(pool_);
+      lock.lock();
+    }
+    timer_wake_.wait_for(lock, kReclaimPoll, [&] { return timer_stop_ || !stalled_.empty(); });
     if (timer_stop_) return;
+    if (stalled_.empty()) continue;
     timer_wake_.wait_for(lock, tick, [&] { return timer_stop_; });
     if (timer_stop_) return;
     due.swap(stalled_);
     lock.unlock();
     for (auto& channel : due) {
       channel->timer_scheduled_.store(false, std::memory_order_release);
-      if (channel->release().drain(channel->sink(), pool_)) schedule_gap_timer(channel);
+      if (channel->release().drain(channel->sink(), pool_)) schedule_gap_timer(*channel);
     }
     due.clear();
     lock.lock();

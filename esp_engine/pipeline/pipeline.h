@@ -29,6 +29,7 @@
 #include "esp/counters.h"
 #include "esp/encap.h"
 #include "esp/inbound_sa_table.h"
+#include "pipeline/channel_reclaimer.h"
 #include "pipeline/channels.h"
 #include "pipeline/mpmc_queue.h"
 #include "pipeline/packet_pool.h"
@@ -85,20 +86,27 @@ class Pipeline {
   Packet* acquire();
   void release(Packet* packet) { pool_.release(packet); }
   PacketPool& pool() { return pool_; }
+  // Packets not in use: in the pool and kept by submitting threads for their next
+  // acquire(). Only once the submitting threads have stopped (tests, shutdown).
+  size_t free_packets() const;
 
+  // Channels must come from here: when their last owner lets go, the pipeline deletes them
+  // once no packet in flight points at them (ChannelReclaimer). `keep_alive` lives as long
+  // as the channel (the sink's owner: late packets are delivered through it).
   std::shared_ptr<OutboundChannel> make_outbound(std::shared_ptr<esp::OutboundSa> sa,
-                                                 PacketSink& sink);
-  // Registers an inbound SA; its packets are found by SPI. False if the SPI is taken.
+                                                 PacketSink& sink,
+                                                 std::shared_ptr<void> keep_alive = {});
+  // Registers an inbound SA; its packets are found by SPI. Null if the SPI is taken.
   std::shared_ptr<InboundChannel> add_inbound(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink);
   // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
   bool remove_inbound(uint32_t spi);
   bool has_inbound(uint32_t spi) const { return inbound_.find(spi) != nullptr; }
 
   // Takes ownership of `packet` (an inner IPv4/IPv6 packet) in every case. On a drop the
-  // reason has been counted on the SA and the packet is back in the pool.
-  // `channel` is taken by value so a caller done with its reference can move it in: the
-  // packet carries it to the worker without another reference-count update.
-  esp::DropReason submit_outbound(std::shared_ptr<OutboundChannel> channel, Packet* packet,
+  // reason has been counted on the SA and the packet is back in the pool. The caller
+  // holds a reference to `channel` for the call (its own, or its SaGroup snapshot's);
+  // the packet then points at it without one.
+  esp::DropReason submit_outbound(OutboundChannel& channel, Packet* packet,
                                   esp::OuterHeaders outer = esp::OuterHeaders::include);
   // Takes ownership of `packet` (an ESP packet starting at the SPI) in every case.
   esp::DropReason submit_inbound(Packet* packet);
@@ -125,6 +133,8 @@ class Pipeline {
   esp::EngineCounters& engine_counters() { return engine_counters_; }
   // Times an empty pool made stalled reorder buffers give up their gaps early.
   uint64_t pressure_flushes() const { return pressure_flushes_.load(std::memory_order_relaxed); }
+  // Channels whose owners let go and that packets in flight may still reach.
+  size_t channels_awaiting_deletion() const { return reclaimer_->waiting(); }
   std::vector<WorkerLoad> worker_load() const;
 
  private:
@@ -143,6 +153,10 @@ class Pipeline {
     std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
     std::atomic<uint32_t> count{0};
     std::array<Packet*, kWorkerBatch> packets{};
+    // Free packets taken from the pool together for this thread's next acquire() calls
+    // (owner only; counted by free_packets() once the owners stopped).
+    uint32_t free_count = 0;
+    std::array<Packet*, kWorkerBatch> free{};
   };
   static constexpr size_t kSubmitterSlots = 64;
 
@@ -162,12 +176,18 @@ class Pipeline {
   void after_push();
   void worker_loop(unsigned index);
   void process_batch(Packet* const* batch, size_t count, unsigned worker);
-  void schedule_gap_timer(const std::shared_ptr<InboundChannel>& channel);
+  void schedule_gap_timer(InboundChannel& channel);
   void relieve_pressure();
   void timer_loop();
 
   PipelineConfig config_;
   const uint64_t id_;  // distinguishes pipelines in each thread's cache of its slot
+  // Packets a submitting thread takes from the pool at once: a quarter of the pool at most
+  // can wait in the slots' caches, so none of them starves another reader.
+  const size_t acquire_batch_;
+  // Shared with the channels' deleters, which may run after the pipeline is gone (then
+  // they delete at once: nothing is in flight any more).
+  std::shared_ptr<ChannelReclaimer> reclaimer_ = std::make_shared<ChannelReclaimer>();
   PacketPool pool_;
   MpmcQueue<Packet*> work_;
   esp::EngineCounters engine_counters_;

@@ -117,6 +117,13 @@ std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {
   return member ? member->channel : nullptr;
 }
 
+OutboundChannel* SaGroup::pick_for_packet(std::span<const uint8_t> packet, uint64_t seed) const {
+  const Members& members = snapshot();
+  if (members.list.size() == 1) return members.list.front().channel.get();
+  const Member* member = choose(members, flow_hash(packet, seed));
+  return member ? member->channel.get() : nullptr;
+}
+
 uint64_t SaGroup::pick_key(uint64_t flow_hash) const {
   const Member* member = choose(snapshot(), flow_hash);
   return member ? member->key : 0;

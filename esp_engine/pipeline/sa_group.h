@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace espgw::pipeline {
@@ -55,6 +56,11 @@ class SaGroup {
   bool remove_member(uint64_t member_key, const OutboundChannel* channel);
   // The member for a flow, or nullptr when the group is empty.
   std::shared_ptr<OutboundChannel> pick(uint64_t flow_hash) const;
+  // The member for an inner packet's flow (flow_hash with `seed`), hashing only when there
+  // is a choice. The pointer is this thread's snapshot's: valid until the thread's next
+  // snapshot of any group, which is enough to submit the packet (no reference count
+  // touched per packet).
+  OutboundChannel* pick_for_packet(std::span<const uint8_t> packet, uint64_t seed) const;
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;

@@ -137,7 +137,7 @@ void run_outbound(bool run_to_completion) {
             ++remaining;
             Packet* p = acquire_blocking(pipeline);
             ASSERT_TRUE(p->buffer.assign(tagged_packet(t, done[s])));
-            if (pipeline.submit_outbound(channels[s], p, esp::OuterHeaders::omit) ==
+            if (pipeline.submit_outbound(*channels[s], p, esp::OuterHeaders::omit) ==
                 esp::DropReason::none) {
               accepted.fetch_add(1);
               ++done[s];
@@ -366,7 +366,8 @@ void submit_tagged(Pipeline& pipeline, const std::shared_ptr<OutboundChannel>& c
   for (int i = first; i < first + count; ++i) {
     Packet* p = acquire_blocking(pipeline);
     ASSERT_TRUE(p->buffer.assign(tagged_packet(stream, static_cast<uint32_t>(i))));
-    ASSERT_EQ(pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit), esp::DropReason::none);
+    ASSERT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
+              esp::DropReason::none);
   }
 }
 
@@ -404,7 +405,7 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
     pipeline.wait_idle();
     EXPECT_TRUE(pipeline.idle());
     EXPECT_EQ(sink.count(), size_t{kThreads} * kPerThread);
-    EXPECT_EQ(pipeline.pool().count_free(), config.pool_packets);
+    EXPECT_EQ(pipeline.free_packets(), config.pool_packets);
   }
   expect_dense_sequence(sink, size_t{kThreads} * kPerThread);
 }
@@ -509,7 +510,7 @@ TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
       if (i == 1) ++member_use[group.pick_key(hash)];
       Packet* p = acquire_blocking(sender);
       p->buffer.assign(inner);
-      ASSERT_EQ(sender.submit_outbound(group.pick(hash), p, esp::OuterHeaders::omit),
+      ASSERT_EQ(sender.submit_outbound(*group.pick(hash), p, esp::OuterHeaders::omit),
                 esp::DropReason::none);
     }
   }
@@ -565,7 +566,7 @@ TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
     auto submit = [&](uint32_t i) {
       Packet* p = acquire_blocking(pipeline);
       EXPECT_TRUE(p->buffer.assign(tagged_packet(0, i)));
-      return pipeline.submit_outbound(i % 2 ? a : b, p, esp::OuterHeaders::omit);
+      return pipeline.submit_outbound(i % 2 ? *a : *b, p, esp::OuterHeaders::omit);
     };
     size_t accepted = 0;
     for (uint32_t i = 0; i < 200; ++i)
@@ -624,6 +625,131 @@ TEST(PipelineConcurrent, RemovingAnSaWhilePacketsAreInFlightLosesNothingUncounte
   }
   EXPECT_EQ(sink.count() + rejected, wire.size());
   EXPECT_EQ(channel->sa().counters().packets(), sink.count());
+}
+
+// Holds every worker in before_crypto until opened, so a test can act while packets are
+// certainly in flight.
+class WorkerGate {
+ public:
+  void wait(unsigned) {
+    while (!open_.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  void open() { open_.store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> open_{false};
+};
+
+// Packets point at their channel without owning it: when the last owner lets go while
+// packets are in flight, the channel (its SA, its key, its sink's keeper) must stay until
+// they are delivered, and go after.
+TEST(PipelineConcurrent, AnOutboundChannelDroppedWithPacketsInFlightOutlivesThemOnly) {
+  constexpr uint32_t kPackets = 200;
+  WorkerGate gate;
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 512;
+  config.before_crypto = [&gate](unsigned worker) { gate.wait(worker); };
+  config.submitter_assist_threshold = 0;  // this thread must not end up behind the gate
+  RecordingSink sink(false);
+  Pipeline pipeline(config);
+  auto sa = std::make_shared<esp::OutboundSa>(
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x600),
+      crypto::ipsec_mb_backend());
+  std::weak_ptr<esp::OutboundSa> sa_alive = sa;
+  auto sink_keeper = std::make_shared<int>(0);
+  std::weak_ptr<int> keeper_alive = sink_keeper;
+  auto channel = pipeline.make_outbound(std::move(sa), sink, std::move(sink_keeper));
+  for (uint32_t i = 1; i <= kPackets; ++i) {
+    Packet* p = acquire_blocking(pipeline);
+    ASSERT_TRUE(p->buffer.assign(tagged_packet(0, i)));
+    ASSERT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
+              esp::DropReason::none);
+  }
+  channel.reset();  // the only owner
+  EXPECT_EQ(pipeline.channels_awaiting_deletion(), 1u);
+  // Longer than the reclaimer's poll: still there, the packets point at it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_FALSE(sa_alive.expired());
+  EXPECT_FALSE(keeper_alive.expired());
+  gate.open();
+  ASSERT_TRUE(wait_for([&] { return sink.count() == kPackets; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(wait_for([&] { return sa_alive.expired() && keeper_alive.expired(); },
+                       std::chrono::seconds(10)));
+  EXPECT_EQ(pipeline.channels_awaiting_deletion(), 0u);
+  for (uint32_t i = 0; i < kPackets; ++i) ASSERT_EQ(sink.sequence_[i], i + 1);
+  EXPECT_FALSE(sink.overlapped());
+}
+
+TEST(PipelineConcurrent, AnInboundChannelRemovedWithPacketsInFlightDeliversThemThenGoes) {
+  constexpr uint32_t kPackets = 200;
+  WorkerGate gate;
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 512;
+  config.before_crypto = [&gate](unsigned worker) { gate.wait(worker); };
+  config.submitter_assist_threshold = 0;  // this thread must not end up behind the gate
+  RecordingSink sink(true);
+  const auto sa_config =
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x601);
+  esp::OutboundSa sender(sa_config, crypto::ipsec_mb_backend());
+  Pipeline pipeline(config);
+  auto sa = std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend());
+  std::weak_ptr<esp::InboundSa> sa_alive = sa;
+  auto channel = pipeline.add_inbound(std::move(sa), sink);
+  ASSERT_TRUE(channel);
+  for (uint32_t i = 1; i <= kPackets; ++i) {
+    Packet* p = acquire_blocking(pipeline);
+    ASSERT_TRUE(p->buffer.assign(tagged_packet(0, i)));
+    ASSERT_EQ(esp::encapsulate(sender, p->buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    ASSERT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
+  }
+  ASSERT_TRUE(pipeline.remove_inbound(0x601));
+  channel.reset();
+  // This thread's lookup cache still holds the channel: another SPI's lookup replaces it.
+  Packet* stray = acquire_blocking(pipeline);
+  ASSERT_TRUE(stray->buffer.assign(tagged_packet(0, 0)));
+  store_be32(stray->buffer.data(), 0x601 + 16);  // the same cache slot, an unknown SPI
+  EXPECT_EQ(pipeline.submit_inbound(stray), esp::DropReason::no_sa);
+  EXPECT_EQ(pipeline.channels_awaiting_deletion(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_FALSE(sa_alive.expired());
+  gate.open();
+  ASSERT_TRUE(wait_for([&] { return sink.count() == kPackets; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(wait_for([&] { return sa_alive.expired(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(pipeline.channels_awaiting_deletion(), 0u);
+  for (uint32_t i = 0; i < kPackets; ++i) ASSERT_EQ(sink.counter_[i], i + 1);
+}
+
+// A thread in a section may still follow a pointer to a channel that just became
+// unreachable: deletion waits until it leaves. Sections that begin later hold it up at
+// most as long as they last, so a stream of overlapping ones never blocks it for good.
+TEST(ChannelReclaimer, WaitsForSectionsOpenWhenTheChannelBecameUnreachable) {
+  PacketPool pool(1, 64);
+  RecordingSink sink(false);
+  ChannelReclaimer reclaimer;
+  auto keeper = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = keeper;
+  auto* channel = new OutboundChannel(
+      std::make_shared<esp::OutboundSa>(
+          test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x602),
+          crypto::ipsec_mb_backend()),
+      sink, 16, std::move(keeper));
+  const unsigned first = reclaimer.enter();
+  reclaimer.retire(channel);
+  EXPECT_TRUE(reclaimer.reclaim(pool));
+  EXPECT_TRUE(reclaimer.reclaim(pool));
+  EXPECT_FALSE(alive.expired());
+  const unsigned second = reclaimer.enter();  // overlaps the first
+  reclaimer.exit(first);
+  EXPECT_TRUE(reclaimer.reclaim(pool));
+  EXPECT_FALSE(alive.expired());
+  const unsigned third = reclaimer.enter();  // overlaps the second
+  reclaimer.exit(second);
+  EXPECT_FALSE(reclaimer.reclaim(pool));  // the third began after: it cannot reach it
+  EXPECT_TRUE(alive.expired());
+  EXPECT_EQ(reclaimer.waiting(), 0u);
+  reclaimer.exit(third);
 }
 
 }  // namespace
