@@ -71,7 +71,9 @@ class SpiTable {
     std::shared_ptr<T> entry;
   };
   const CacheEntry& cached(uint32_t spi) const {
-    thread_local std::array<CacheEntry, 16> cache;
+    // 256 entries (8 KiB per thread and table type): with 16, a gateway with 64 peers'
+    // SAs missed on most packets and took the shared lock and a reference each time.
+    thread_local std::array<CacheEntry, 256> cache;
     CacheEntry& slot = cache[spi % cache.size()];
     const uint64_t generation = generation_.load(std::memory_order_acquire);
     if (slot.generation == generation && slot.spi == spi && slot.entry) return slot;

@@ -105,9 +105,13 @@ Packet* Pipeline::acquire() {
   // A thread with a slot (a reader, a run-to-completion submitter) takes packets a batch
   // at a time: one locked instruction per batch instead of one per packet.
   if (SubmitterSlot* slot = acquire_batch_ > 1 ? own_slot(false) : nullptr) {
-    if (slot->free_count == 0)
+    if (slot->free_count == 0) {
       slot->free_count = static_cast<uint32_t>(
           pool_.acquire(std::span<Packet*>(slot->free.data(), acquire_batch_)));
+      // Handed out from the back: the pool's top (the packet freed last, the one still
+      // in cache) goes first, as with single acquisitions.
+      std::reverse(slot->free.begin(), slot->free.begin() + slot->free_count);
+    }
     if (slot->free_count != 0) return slot->free[--slot->free_count];
   }
   if (Packet* packet = pool_.acquire()) return packet;
