@@ -73,7 +73,9 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -308,10 +310,13 @@ struct Totals {
   std::atomic<uint64_t> first_violation_sa{~0ull};
 };
 
-// Marker in the UDP payload: SA index (4 bytes) and the SA's packet counter (8 bytes).
-void write_marker(uint8_t* inner, uint32_t sa_index, uint64_t counter) {
+// Marker in the UDP payload: SA index (4 bytes), feeder (2 bytes) and that feeder's packet
+// counter for the SA (6 bytes). One feeder's packets of an SA take their sequence numbers
+// in the order it submits them, so each feeder's counters must arrive in order.
+constexpr unsigned kMaxFeeders = 64;
+void write_marker(uint8_t* inner, uint32_t sa_index, unsigned feeder, uint64_t counter) {
   espgw::store_be32(inner + kMarkerOffset, sa_index);
-  espgw::store_be64(inner + kMarkerOffset + 4, counter);
+  espgw::store_be64(inner + kMarkerOffset + 4, uint64_t{feeder} << 48 | counter);
 }
 
 // One per inbound SA: deliver() runs on one thread at a time per channel (OrderedRelease's
@@ -331,9 +336,11 @@ class InboundSink : public pl::PacketSink {
         continue;
       }
       const uint32_t sa = espgw::load_be32(b.data() + kMarkerOffset);
-      const uint64_t counter = espgw::load_be64(b.data() + kMarkerOffset + 4);
-      if (sa != sa_index_ || counter <= last_) ++violations;
-      last_ = counter;
+      const uint64_t marker = espgw::load_be64(b.data() + kMarkerOffset + 4);
+      const unsigned feeder = static_cast<unsigned>(marker >> 48) % kMaxFeeders;
+      const uint64_t counter = marker & ((uint64_t{1} << 48) - 1);
+      if (sa != sa_index_ || counter <= last_[feeder]) ++violations;
+      last_[feeder] = counter;
     }
     if (violations > 0) {
       totals_.violations.fetch_add(violations, std::memory_order_relaxed);
@@ -347,7 +354,7 @@ class InboundSink : public pl::PacketSink {
  private:
   Totals& totals_;
   const uint32_t sa_index_;
-  uint64_t last_ = 0;
+  std::array<uint64_t, kMaxFeeders> last_{};  // per feeder
 };
 
 // The wire: each sealed ESP packet goes back into the same pipeline, inbound.
@@ -384,7 +391,6 @@ struct Rig {
   std::vector<std::shared_ptr<pl::OutboundChannel>> outbound;
   std::vector<std::shared_ptr<pl::InboundChannel>> inbound;
   pl::SaGroup group;
-  std::vector<uint64_t> next_counter;  // per SA, written by the feeder only
 
   // workers == 0: no workers, the feeder runs every packet to completion itself.
   Rig(unsigned workers, uint32_t sas) {
@@ -399,7 +405,6 @@ struct Rig {
     if (g_assist_threshold) config.submitter_assist_threshold = *g_assist_threshold;
     pipeline = std::make_unique<pl::Pipeline>(config);
     loopback.set_pipeline(pipeline.get());
-    next_counter.assign(sas, 0);
     for (uint32_t i = 0; i < sas; ++i) {
       const esp::SaConfig sa_config = make_config(i);
       outbound_sas.push_back(
@@ -459,15 +464,28 @@ struct Rig {
   }
 };
 
-void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
+// One reader of the benchmark: copies, classifies and submits packets of its own flows.
+struct alignas(64) Feeder {
+  explicit Feeder(unsigned feeder_index, uint32_t sas) : index(feeder_index), next_counter(sas) {}
+  const unsigned index;
+  size_t flow = 0;
+  std::atomic<uint64_t> fed{0};        // packets handed to submit_outbound (read by the others)
+  std::atomic<uint64_t> drops{0};      // refused by submit_outbound (read by the others)
+  uint64_t wait_ns = 0;                // time spent on backpressure
+  std::vector<uint64_t> next_counter;  // per SA
+};
+
+// `feeders` > 1: that many threads feed at once, each running its packets to completion
+// (no workers): the gateway's readers on a machine where they do the crypto themselves.
+void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, unsigned feeders) {
   Rig rig(workers, sas);
   pl::Pipeline& pipeline = *rig.pipeline;
   const std::vector<uint8_t> inner = make_inner_packet();
-  // Keep a quarter of the pool for the loopback's ESP copies: the feeder's outbound packets
+  // Keep a quarter of the pool for the loopback's ESP copies: the feeders' outbound packets
   // and their inbound copies together never exhaust it, so the loopback does not drop.
-  // The pool keeps no count of free packets, so the feeder counts what it has in flight:
-  // fed and not yet delivered or dropped (each holds one packet, two while the loopback
-  // copies it).
+  // The pool keeps no count of free packets, so the feeders count what they have in
+  // flight: fed and not yet delivered or dropped (each holds one packet, two while the
+  // loopback copies it).
   const size_t reserve = std::max<size_t>(g_pool / 4, 2 * g_batch);
   const uint64_t in_flight_limit = g_pool - reserve;
 
@@ -482,65 +500,113 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
     for (pl::Packet* packet : all) pipeline.release(packet);
   }
 
-  uint64_t fed = 0;           // packets handed to submit_outbound
-  uint64_t feeder_drops = 0;  // refused by submit_outbound
-  uint64_t wait_ns = 0;       // feeder time spent on backpressure
-  size_t flow = 0;
+  std::vector<std::unique_ptr<Feeder>> feeder_states;
+  for (unsigned f = 0; f < feeders; ++f) feeder_states.push_back(std::make_unique<Feeder>(f, sas));
+  auto total_fed = [&] {
+    uint64_t sum = 0;
+    for (const auto& f : feeder_states) sum += f->fed.load(std::memory_order_relaxed);
+    return sum;
+  };
+  auto feeder_drops = [&] {
+    uint64_t sum = 0;
+    for (const auto& f : feeder_states) sum += f->drops.load(std::memory_order_relaxed);
+    return sum;
+  };
   const benchmark::IterationCount last = state.max_iterations;
   benchmark::IterationCount iteration = 0;
   bool failed = false;
 
-  pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
   auto wait_start = [] { return std::chrono::steady_clock::now(); };
-  // Summing the drop counters walks every SA, so only when the cheap bound says "full".
-  auto feeder_has_room = [&] {
-    const uint64_t out = rig.totals.delivered.load(std::memory_order_relaxed);
-    return fed - out < in_flight_limit || fed - out - rig.dropped(feeder_drops) < in_flight_limit;
-  };
-  const uint64_t cpu_start = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  const uint64_t feeder_cpu_start = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  for (auto _ : state) {
+  const size_t flows_per_feeder = std::max<size_t>(kFlows / feeders, 1);
+  // One feeder's read batch: g_batch packets, then complete_submitted().
+  auto feed_batch = [&](Feeder& feeder) {
+    // Summing the drop counters walks every SA, so only when the cheap bound says "full".
+    // With several feeders, each looks at the others' counts every 16 packets (the
+    // reserve covers what they feed meanwhile).
+    uint64_t fed_seen = 0;
+    auto has_room = [&](size_t i) {
+      if (feeders == 1)
+        fed_seen = feeder.fed.load(std::memory_order_relaxed);
+      else if (i % 16 == 0)
+        fed_seen = total_fed();
+      const uint64_t out = rig.totals.delivered.load(std::memory_order_relaxed);
+      return fed_seen - out < in_flight_limit ||
+             fed_seen - out - rig.dropped(feeder_drops()) < in_flight_limit;
+    };
     for (size_t i = 0; i < g_batch; ++i) {
       pl::Packet* packet = nullptr;
-      if (!feeder_has_room() || (packet = pipeline.acquire()) == nullptr) {
+      if (!has_room(i) || (packet = pipeline.acquire()) == nullptr) {
         const auto t0 = wait_start();
         do {
           pipeline.complete_submitted();  // without workers, the feeder frees the packets
           std::this_thread::yield();
-        } while (!feeder_has_room() || (packet = pipeline.acquire()) == nullptr);
-        wait_ns += static_cast<uint64_t>(
+          if (feeders > 1) fed_seen = total_fed();
+        } while (!has_room(1) || (packet = pipeline.acquire()) == nullptr);
+        feeder.wait_ns += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(wait_start() - t0).count());
       }
       packet->buffer.assign(inner);
       uint8_t* data = packet->buffer.data();
-      espgw::store_be16(data + 20, static_cast<uint16_t>(kSourcePortBase + flow));
-      flow = flow + 1 == kFlows ? 0 : flow + 1;
+      espgw::store_be16(
+          data + 20,
+          static_cast<uint16_t>(kSourcePortBase + feeder.index * flows_per_feeder + feeder.flow));
+      feeder.flow = feeder.flow + 1 == flows_per_feeder ? 0 : feeder.flow + 1;
       // As the gateway classifies: the flow hash is computed when the group has a choice.
       pl::OutboundChannel* channel = rig.group.pick_for_packet(packet->buffer.bytes(), kFlowSeed);
-      // Per-SA backpressure: wait rather than have the packet dropped as queue-full.
+      // Per-SA backpressure: wait rather than have the packet dropped as queue-full (with
+      // several feeders one may still be; it is counted like any drop).
       if (channel->in_flight() >= channel->max_in_flight()) {
         const auto t0 = wait_start();
         do {
           pipeline.complete_submitted();
           std::this_thread::yield();
         } while (channel->in_flight() >= channel->max_in_flight());
-        wait_ns += static_cast<uint64_t>(
+        feeder.wait_ns += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(wait_start() - t0).count());
       }
       const uint32_t sa_index = channel->sa().config().spi - kSpiBase;
-      write_marker(data, sa_index, ++rig.next_counter[sa_index]);
-      ++fed;
+      write_marker(data, sa_index, feeder.index, ++feeder.next_counter[sa_index]);
+      feeder.fed.store(feeder.fed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       if (pipeline.submit_outbound(*channel, packet, esp::OuterHeaders::omit) !=
           esp::DropReason::none)
-        ++feeder_drops;
+        feeder.drops.store(feeder.drops.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
     }
     pipeline.complete_submitted();  // the end of a "read batch"
+  };
+
+  // The other feeders run an iteration's batches between two barriers, in step with the
+  // benchmark thread (feeder 0). Several batches per iteration keep the barriers' cost
+  // small next to the work.
+  const size_t batches_per_iteration = feeders == 1 ? 1 : 16;
+  std::barrier<> step(static_cast<std::ptrdiff_t>(feeders));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> helpers;
+  for (unsigned f = 1; f < feeders; ++f)
+    helpers.emplace_back([&, f] {
+      Feeder& feeder = *feeder_states[f];
+      for (;;) {
+        step.arrive_and_wait();
+        if (stop.load(std::memory_order_acquire)) return;
+        for (size_t b = 0; b < batches_per_iteration; ++b) feed_batch(feeder);
+        step.arrive_and_wait();
+      }
+    });
+
+  pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
+  const uint64_t cpu_start = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  const uint64_t feeder_cpu_start = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  for (auto _ : state) {
+    if (feeders > 1) step.arrive_and_wait();
+    for (size_t b = 0; b < batches_per_iteration; ++b) feed_batch(*feeder_states[0]);
+    if (feeders > 1) step.arrive_and_wait();
     if (++iteration == last) {
       // Last iteration: everything fed must come out (or be counted as dropped) before
       // the clock stops.
       pipeline.wait_idle();
+      const uint64_t fed = total_fed();
       const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
-      while (rig.totals.delivered.load(std::memory_order_acquire) + rig.dropped(feeder_drops) <
+      while (rig.totals.delivered.load(std::memory_order_acquire) + rig.dropped(feeder_drops()) <
              fed) {
         if (std::chrono::steady_clock::now() > deadline) {
           failed = true;
@@ -550,11 +616,19 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
       }
     }
   }
+  if (feeders > 1) {
+    stop.store(true, std::memory_order_release);
+    step.arrive_and_wait();
+    for (auto& helper : helpers) helper.join();
+  }
+  const uint64_t fed = total_fed();
+  uint64_t wait_ns = 0;
+  for (const auto& f : feeder_states) wait_ns = std::max(wait_ns, f->wait_ns);
   const uint64_t feeder_cpu_ns = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID) - feeder_cpu_start;
   const uint64_t cpu_ns = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
 
   const uint64_t delivered = rig.totals.delivered.load();
-  const uint64_t dropped = rig.dropped(feeder_drops);
+  const uint64_t dropped = rig.dropped(feeder_drops());
   const pl::ReorderStats reorder = rig.reorder_stats();
   if (failed) {
     std::ostringstream message;
@@ -612,6 +686,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers) {
   state.counters["hold_timeouts"] = C(static_cast<double>(reorder.hold_timeouts));
   state.counters["overflows"] = C(static_cast<double>(reorder.overflows));
   state.counters["workers"] = C(workers);
+  state.counters["feeders"] = C(feeders);
   state.counters["sas"] = C(sas);
 }
 
@@ -682,6 +757,10 @@ std::string pipeline_name(uint32_t sas, unsigned workers) {
   return "pipeline/sas:" + std::to_string(sas) +
          (workers == 0 ? std::string("/inline") : "/workers:" + std::to_string(workers));
 }
+// Several feeders, each running its packets to completion.
+std::string inline_threads_name(uint32_t sas, unsigned threads) {
+  return "pipeline/sas:" + std::to_string(sas) + "/inline_threads:" + std::to_string(threads);
+}
 
 using espgw::bench::CollectingReporter;
 
@@ -737,7 +816,10 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
          "the bounded\n# reorder buffer released after giving up their gap (hold time or "
          "window overflow)\n";
   out << "# inline = no workers (PipelineConfig::run_to_completion): the feeder runs every "
-         "packet to completion\n# itself; its of_raw compares with raw in one thread\n";
+         "packet to completion\n# itself; its of_raw compares with raw in one thread\n"
+         "# inl xN = N feeders at once, each running its own packets to completion (the "
+         "gateway's readers\n# without workers); scaling = Gbit/s(N) / (N * inline Gbit/s), "
+         "of_ceiling against raw in N threads\n";
   out << "# NOTE: the feeder (the benchmark thread: copy + classify + submit) is a busy thread "
          "besides the W workers.\n# With W + 1 > "
       << cpus
@@ -781,6 +863,33 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
           ratio(gbps, ceiling).c_str(), ratio(raw_ns, cpu_ns).c_str(),
           w == 0 ? "-" : ratio(raw_ns, wcpu_ns).c_str(), r.value(name, "feeder_wait").value_or(0),
           r.value(name, "drops").value_or(0), r.value(name, "late").value_or(0));
+    }
+    // Readers running to completion: n threads each copy, classify, encrypt, loop back,
+    // decrypt and deliver their own packets; scaling is against the single inline thread.
+    const auto inline_gbps = r.value(pipeline_name(sas, 0), "Gbps");
+    for (const unsigned n : g_workers) {
+      if (n == 1) continue;
+      const std::string name = inline_threads_name(sas, n);
+      const std::string label = "inl x" + std::to_string(n);
+      if (const auto e = r.errors().find(name); e != r.errors().end()) {
+        out << format("%7s ERROR: %s\n", label.c_str(), e->second.c_str());
+        continue;
+      }
+      const auto gbps = r.value(name, "Gbps");
+      if (!gbps) continue;
+      const double cpu_ns = r.value(name, "cpu_ns_per_packet").value_or(0);
+      const auto ratio = [](std::optional<double> num, std::optional<double> den) {
+        return num && den && *den > 0 ? format("%.3f", *num / *den) : std::string("-");
+      };
+      out << format(
+          "%7s %8.2f %7.3f %8.1f %8.1f %8s %8s %7s %10s %8s %8s %11.3f %6.0f %5.0f\n",
+          label.c_str(), *gbps, r.value(name, "Mpps").value_or(0),
+          r.value(name, "ns_per_packet").value_or(0), cpu_ns, "-",
+          ratio(gbps, inline_gbps ? std::optional<double>(*inline_gbps * n) : std::nullopt).c_str(),
+          ratio(gbps, raw_gbps ? std::optional<double>(*raw_gbps * n) : std::nullopt).c_str(),
+          ratio(gbps, r.value(raw_threads_name(n), "Gbps")).c_str(), ratio(raw_ns, cpu_ns).c_str(),
+          "-", r.value(name, "feeder_wait").value_or(0), r.value(name, "drops").value_or(0),
+          r.value(name, "late").value_or(0));
     }
   }
   out << "\nReorderBuffer alone (one thread, capacity " << kReorderCapacity
@@ -892,9 +1001,15 @@ int main(int argc, char** argv) {
     std::vector<unsigned> cases = g_workers;
     cases.insert(cases.begin(), 0);  // run to completion: the feeder alone
     for (const unsigned w : cases)
-      benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w)
+      benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w, 1u)
           ->UseRealTime()
           ->MeasureProcessCPUTime();
+    for (const unsigned n : g_workers)
+      if (n > 1 && n <= kMaxFeeders)
+        benchmark::RegisterBenchmark(inline_threads_name(sas, n).c_str(), pipeline_bench, sas, 0u,
+                                     n)
+            ->UseRealTime()
+            ->MeasureProcessCPUTime();
   }
   benchmark::RegisterBenchmark(kHandoffNames[1], handoff_round_trip)->UseRealTime();
   const uint64_t hold_ns = 1'000'000;  // PipelineConfig's default reorder_hold, 1 ms
