@@ -284,16 +284,20 @@ void Pipeline::enqueue(Packet* packet) {
       // Full with what a sink submitted while this thread processed the last batch.
       if (count == kWorkerBatch && process_queued(false))
         count = slot->count.load(std::memory_order_relaxed);
+      // Still full: this thread is inside processing (a sink that submits: delivering one
+      // SA's packets, which other threads keep staging, can take a while). The full batch
+      // goes to the shared queue, where any thread takes it; kept in the slot, its packets
+      // waited for this delivery to end while other threads' later ones passed them, and
+      // the reorder window gave up on them (late deliveries with two readers on one SA).
+      if (count == kWorkerBatch && hand_over(*slot)) count = 0;
       if (count < kWorkerBatch) {
         slot->packets[count] = packet;
         slot->count.store(count + 1, std::memory_order_release);
         if (count + 1 == kWorkerBatch) process_queued(false);
         return;
       }
-      // Still full: this thread is inside processing (a sink that submits). The shared
-      // queue takes the packet, and the processing loop drains that too.
     }
-    push_batch(&packet, 1);
+    push_batch(&packet, 1);  // no slot (every one taken)
     if (work_.size_approx() >= kWorkerBatch) process_queued(false);
     return;
   }
@@ -335,15 +339,24 @@ bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   SubmitterSlot* own = config_.run_to_completion ? own_slot(false) : nullptr;
   std::array<Packet*, kWorkerBatch> batch;
   bool any = false;
-  do {
+  for (;;) {
     size_t count = own ? take_slot(*own, batch) : 0;
+    const bool was_own = count != 0;
     for (size_t i = 0; every_slot && count == 0 && i < kSubmitterSlots; ++i)
       count = take_slot(slots_[i], batch);
     if (count == 0) count = pop_batch(batch);
     if (count == 0) break;
     process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
     any = true;
-  } while (until_empty);
+    if (until_empty) continue;
+    // After its own batch, a thread also takes one from the shared queue: there another
+    // thread's delivery leaves what its sink submitted (a loopback's or forwarder's
+    // packets, handed over while it keeps delivering an SA that others keep staging).
+    // Left for that thread alone, they fell behind the reorder window.
+    if (was_own && (count = pop_batch(batch)) != 0)
+      process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
+    break;
+  }
   assisting_.fetch_sub(1, std::memory_order_seq_cst);
   inside = false;
   return any;
