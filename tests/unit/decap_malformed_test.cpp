@@ -2,6 +2,9 @@
 // else changes, and the SA keeps working afterwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "esp/decap.h"
 #include "esp/encap.h"
 #include "esp/esp_format.h"
@@ -142,6 +145,44 @@ TEST_F(DecapDrops, ReplayAndOutsideWindow) {
   ASSERT_EQ(decapsulate(table_, engine_, far_ahead), DropReason::none);
   out_.set_next_sequence(sequence + 5001);  // the sender's later packets are ahead too
   expect_drop(seal_payload(payload, sequence), DropReason::outside_window);
+}
+
+// A worker finishes one SA's packets of a batch together (one replay-lock acquisition):
+// each still gets its own verdict, in the same precedence as one at a time.
+TEST_F(DecapDrops, PacketsFinishedTogetherGetTheirOwnVerdicts) {
+  const uint64_t sequence = fresh_sequence();
+  const auto inner = test::make_ipv4_packet(20);
+  const auto good = payload_for(inner, 4);
+  auto bad_padding = test::make_ipv4_packet(23);
+  for (uint8_t b : {1, 2, 4, 3, 4}) bad_padding.push_back(b);
+  std::vector<PacketBuffer> packets;
+  packets.push_back(seal_payload(good, sequence));
+  packets.push_back(seal_payload(good, sequence));  // the same number twice in one batch
+  packets.push_back(seal_payload(bad_padding, sequence + 1));
+  packets.push_back(seal_payload(good, sequence + 2));
+  std::vector<PreparedDecap> prepared(packets.size());
+  std::vector<FinishItem> items;
+  for (size_t i = 0; i < packets.size(); ++i) {
+    ASSERT_EQ(decap_check(in(), packets[i], prepared[i]), DropReason::none);
+    ASSERT_EQ(decap_open(prepared[i], packets[i]), DropReason::none);
+    items.push_back({&prepared[i], &packets[i], DropReason::none});
+  }
+  const uint64_t accepted = in().counters().packets();
+  const uint64_t replayed = in().counters().drops(DropReason::replayed);
+  const uint64_t padding = in().counters().drops(DropReason::bad_padding);
+  decap_finish_each(items);
+  EXPECT_EQ(items[0].reason, DropReason::none);
+  EXPECT_EQ(items[1].reason, DropReason::replayed);
+  EXPECT_EQ(items[2].reason, DropReason::bad_padding);
+  EXPECT_EQ(items[3].reason, DropReason::none);
+  EXPECT_EQ(in().counters().packets(), accepted + 2);
+  EXPECT_EQ(in().counters().drops(DropReason::replayed), replayed + 1);
+  EXPECT_EQ(in().counters().drops(DropReason::bad_padding), padding + 1);
+  for (size_t i : {0u, 3u})
+    EXPECT_TRUE(std::equal(inner.begin(), inner.end(), packets[i].bytes().begin(),
+                           packets[i].bytes().end()));
+  // The authentic packet with bad padding still moved the window: its number is spent.
+  expect_drop(seal_payload(good, sequence + 1), DropReason::replayed);
 }
 
 TEST_F(DecapDrops, BadPaddingBytes) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
 #include <span>
 #include <thread>
@@ -51,6 +52,24 @@ TEST(PacketPool, ABatchReleaseIsLikeReleasingEachInTurn) {
   EXPECT_EQ(pool.acquire(), nullptr);
 }
 
+TEST(PacketPool, ABatchAcquireTakesTheTopInOrder) {
+  PacketPool pool(5, 64);
+  std::vector<Packet*> released;
+  for (int i = 0; i < 5; ++i) released.push_back(pool.acquire());
+  for (Packet* p : released) pool.release(p);  // the last one is now on top
+  std::array<Packet*, 3> out{};
+  ASSERT_EQ(pool.acquire(std::span<Packet*>(out)), 3u);
+  EXPECT_EQ(out[0], released[4]);
+  EXPECT_EQ(out[1], released[3]);
+  EXPECT_EQ(out[2], released[2]);
+  // Fewer left than asked for: what there is; then nothing.
+  ASSERT_EQ(pool.acquire(std::span<Packet*>(out)), 2u);
+  EXPECT_EQ(out[0], released[1]);
+  EXPECT_EQ(out[1], released[0]);
+  EXPECT_EQ(pool.acquire(std::span<Packet*>(out)), 0u);
+  EXPECT_EQ(pool.count_free(), 0u);
+}
+
 TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
   constexpr size_t kPackets = 64;
   constexpr int kThreads = 4, kRounds = 100000;
@@ -64,7 +83,14 @@ TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
       std::vector<Packet*> held;
       for (int i = 0; i < kRounds; ++i) {
         if (held.empty() || (held.size() < 8 && rng() % 2)) {
-          if (Packet* p = pool.acquire()) {
+          if (rng() % 3 == 0) {  // a reader's batch of free packets at once
+            std::array<Packet*, 4> batch{};
+            const size_t got = pool.acquire(std::span<Packet*>(batch));
+            for (size_t j = 0; j < got; ++j) {
+              if (owners[batch[j]->pool_index].fetch_add(1) != 0) double_owner = true;
+              held.push_back(batch[j]);
+            }
+          } else if (Packet* p = pool.acquire()) {
             if (owners[p->pool_index].fetch_add(1) != 0) double_owner = true;
             held.push_back(p);
           }
