@@ -24,7 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 RAW = "raw/AES-128-GCM/roundtrip/1400"
 PIPELINE = re.compile(r"^pipeline/sas:(\d+)/workers:(\d+)")
-INLINE = re.compile(r"^pipeline/sas:(\d+)/inline")  # no workers: the feeder alone
+INLINE = re.compile(r"^pipeline/sas:(\d+)/inline/")  # no workers: the feeder alone
+# N feeders at once, each running its own packets to completion
+INLINE_THREADS = re.compile(r"^pipeline/sas:(\d+)/inline_threads:(\d+)")
 COUNTERS = ["Gbps", "cpu_ns_per_packet", "worker_cpu_ns_per_packet", "ns_per_packet"]
 COLORS = {1: "#1f77b4", 64: "#ff7f0e"}
 
@@ -59,6 +61,7 @@ def main():
     raw = next((v for n, v in values.items() if n.startswith(RAW)), None)
     series = defaultdict(dict)  # sas -> workers -> values
     inline = {}  # sas -> values of the run-to-completion case (no workers)
+    inline_threads = defaultdict(dict)  # sas -> feeders -> values
     for name, v in values.items():
         m = PIPELINE.match(name)
         if m:
@@ -66,6 +69,9 @@ def main():
         m = INLINE.match(name)
         if m:
             inline[int(m.group(1))] = v
+        m = INLINE_THREADS.match(name)
+        if m:
+            inline_threads[int(m.group(1))][int(m.group(2))] = v
     if not series:
         sys.exit(f"{source}: no pipeline results")
 
@@ -89,6 +95,16 @@ def main():
                    label=f"{sas} SA{'s' if sas > 1 else ''}, no workers (run to completion)")
         ax_cpu.plot([0], [v.get("cpu_ns_per_packet", 0)], "*", markersize=12,
                     color=COLORS.get(sas))
+    # N feeders running to completion at x = N, joined to the single feeder's point.
+    for sas, by_n in sorted(inline_threads.items()):
+        ns = sorted(by_n)
+        xs = ([1] if sas in inline else []) + ns
+        first = [inline[sas]] if sas in inline else []
+        points = first + [by_n[n] for n in ns]
+        ax_tp.plot(xs, [p.get("Gbps", 0) for p in points], "^--", color=COLORS.get(sas),
+                   label=f"{sas} SA{'s' if sas > 1 else ''}, N feeders running to completion")
+        ax_cpu.plot(xs, [p.get("cpu_ns_per_packet", 0) for p in points], "^--",
+                    color=COLORS.get(sas))
     if inline:
         all_workers = [0] + all_workers
     if raw and "ns_per_packet" in raw:
@@ -96,14 +112,14 @@ def main():
                        label=f"raw encrypt + decrypt ({raw['ns_per_packet']:.0f} ns)")
     cpus = context.get("num_cpus", "?")
     ax_tp.set_title(f"Throughput, 1400 B AES-128-GCM, encrypt + decrypt ({cpus} CPUs)")
-    ax_tp.set_xlabel("workers (plus one feeder thread; 0: the feeder alone)")
+    ax_tp.set_xlabel("workers (plus one feeder; 0: the feeder alone), or feeders (triangles)")
     ax_tp.set_ylabel("inner Gbit/s")
     ax_tp.set_xticks(all_workers)
     ax_tp.set_ylim(bottom=0)
     ax_tp.grid(alpha=0.3)
     ax_tp.legend(fontsize=8)
     ax_cpu.set_title("Process CPU time per packet")
-    ax_cpu.set_xlabel("workers (plus one feeder thread; 0: the feeder alone)")
+    ax_cpu.set_xlabel("workers (plus one feeder; 0: the feeder alone), or feeders (triangles)")
     ax_cpu.set_ylabel("CPU ns per packet")
     ax_cpu.set_xticks(all_workers)
     ax_cpu.set_ylim(bottom=0)
