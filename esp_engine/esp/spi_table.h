@@ -66,18 +66,36 @@ class SpiTable {
 
  private:
   struct CacheEntry {
+    const SpiTable* table = nullptr;
     uint64_t generation = 0;
     uint32_t spi = 0;
     std::shared_ptr<T> entry;
   };
-  const CacheEntry& cached(uint32_t spi) const {
-    // 256 entries (8 KiB per thread and table type): with 16, a gateway with 64 peers'
+  struct Cache {
+    // 256 entries (10 KiB per thread and table type): with 16, a gateway with 64 peers'
     // SAs missed on most packets and took the shared lock and a reference each time.
-    thread_local std::array<CacheEntry, 256> cache;
-    CacheEntry& slot = cache[spi % cache.size()];
+    std::array<CacheEntry, 256> entries;
+    // The table this thread looked up last, and its generation then.
+    const SpiTable* last_table = nullptr;
+    uint64_t last_generation = 0;
+  };
+  const CacheEntry& cached(uint32_t spi) const {
+    thread_local Cache cache;
     const uint64_t generation = generation_.load(std::memory_order_acquire);
-    if (slot.generation == generation && slot.spi == spi && slot.entry) return slot;
+    if (cache.last_table == this && cache.last_generation != generation) {
+      // The table changed since this thread's last lookup: let go of every entry it
+      // cached from the old one, so that a removed SA (its key schedule) is not kept
+      // alive by a slot that no packet happens to use again.
+      for (CacheEntry& stale : cache.entries)
+        if (stale.table == this && stale.generation != generation) stale = CacheEntry{};
+    }
+    cache.last_table = this;
+    cache.last_generation = generation;
+    CacheEntry& slot = cache.entries[spi % cache.entries.size()];
+    if (slot.table == this && slot.generation == generation && slot.spi == spi && slot.entry)
+      return slot;
     slot.entry = find(spi);
+    slot.table = this;
     slot.generation = generation;
     slot.spi = spi;
     return slot;

@@ -503,10 +503,13 @@ void Pipeline::worker_loop(unsigned index) {
   for (;;) {
     state.busy.store(true, std::memory_order_seq_cst);
     for (;;) {
-      // The popped packets point at channels they do not own.
-      const ChannelReclaimer::Section section(*reclaimer_);
       const size_t count = pop_batch(batch);
       if (count == 0) break;
+      // The popped packets point at channels they do not own. Entering after the pop is
+      // soon enough: until these packets are delivered or staged, their channels are not
+      // quiescent, so the reclaimer cannot have started waiting for them yet. (Before
+      // it, an idle worker's spinning would write the sections' counter every round.)
+      const ChannelReclaimer::Section section(*reclaimer_);
       process_batch(batch.data(), count, index);
       packets += count;
       state.packets.store(packets, std::memory_order_relaxed);
