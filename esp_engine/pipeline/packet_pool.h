@@ -12,8 +12,17 @@
 // packet goes through acquire and release twice per round trip, and a second locked
 // instruction on each cost 4% of the in-memory pipeline's throughput (measured with
 // bench/pipeline_bench.cpp). Whoever needs a count keeps its own.
+//
+// Threads that move many packets (readers, workers, run-to-completion submitters) can
+// keep a small cache of free packets of their own (use_thread_cache()): what such a thread
+// releases goes there first and what it acquires comes from there, so a thread that
+// frees and reuses its own packets touches no shared line, and one that only acquires
+// takes them from the stack half a cache at a time. A cache holds at most 1/256 of the
+// pool and there are at most 64, so no more than a quarter of the pool can wait in
+// caches (those of stopped threads included) while another thread finds the stack empty.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -26,100 +35,56 @@ namespace espgw::pipeline {
 
 class PacketPool {
  public:
-  PacketPool(size_t count, size_t buffer_capacity)
-      : next_(std::make_unique<std::atomic<uint32_t>[]>(count)) {
-    packets_.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      packets_.push_back(std::make_unique<Packet>(buffer_capacity));
-      packets_.back()->pool_index = static_cast<uint32_t>(i);
-      next_[i].store(i + 1 < count ? static_cast<uint32_t>(i + 1) : kEmpty,
-                     std::memory_order_relaxed);
-    }
-    head_.store(pack(count > 0 ? 0 : kEmpty, 0), std::memory_order_release);
-  }
+  PacketPool(size_t count, size_t buffer_capacity);
+  PacketPool(const PacketPool&) = delete;
+  PacketPool& operator=(const PacketPool&) = delete;
 
-  Packet* acquire() {
-    uint64_t head = head_.load(std::memory_order_acquire);
-    for (;;) {
-      const uint32_t index = index_of(head);
-      if (index == kEmpty) return nullptr;
-      const uint32_t next = next_[index].load(std::memory_order_relaxed);
-      if (head_.compare_exchange_weak(head, pack(next, tag_of(head) + 1), std::memory_order_acq_rel,
-                                      std::memory_order_acquire)) {
-        return packets_[index].get();
-      }
-    }
-  }
+  // A free packet, or nullptr when none is left (on the stack or in this thread's cache).
+  Packet* acquire();
+  // Up to out.size() packets from the shared stack with one compare-exchange (its top);
+  // returns how many.
+  size_t acquire(std::span<Packet*> out);
+  void release(Packet* packet);
+  // Returns a delivered batch: into this thread's cache as far as it has room (the end of
+  // the batch, which is handed out first), the rest onto the stack with one
+  // compare-exchange (the last one released is the first handed out again).
+  void release(std::span<Packet* const> batch);
 
-  // Up to out.size() packets with one compare-exchange (the top of the stack); returns how
-  // many. A walk that raced with a pop or push is thrown away: every change moves the tag.
-  size_t acquire(std::span<Packet*> out) {
-    uint64_t head = head_.load(std::memory_order_acquire);
-    for (;;) {
-      size_t count = 0;
-      uint32_t index = index_of(head);
-      while (index != kEmpty && count < out.size()) {
-        out[count++] = packets_[index].get();
-        index = next_[index].load(std::memory_order_relaxed);
-      }
-      if (count == 0) return 0;
-      if (head_.compare_exchange_weak(head, pack(index, tag_of(head) + 1),
-                                      std::memory_order_acq_rel, std::memory_order_acquire))
-        return count;
-    }
-  }
-
-  void release(Packet* packet) {
-    packet->clear_references();
-    const uint32_t index = packet->pool_index;
-    uint64_t head = head_.load(std::memory_order_relaxed);
-    for (;;) {
-      next_[index].store(index_of(head), std::memory_order_relaxed);
-      if (head_.compare_exchange_weak(head, pack(index, tag_of(head) + 1),
-                                      std::memory_order_release, std::memory_order_relaxed))
-        return;
-    }
-  }
-
-  // Returns a delivered batch with one compare-exchange: the packets are linked into a
-  // chain first, and the chain goes onto the stack at once (the last one released is the
-  // first handed out again, as with single releases).
-  void release(std::span<Packet* const> batch) {
-    if (batch.empty()) return;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      batch[i]->clear_references();
-      if (i + 1 < batch.size())
-        next_[batch[i + 1]->pool_index].store(batch[i]->pool_index, std::memory_order_relaxed);
-    }
-    const uint32_t bottom = batch.front()->pool_index;
-    const uint32_t top = batch.back()->pool_index;
-    uint64_t head = head_.load(std::memory_order_relaxed);
-    for (;;) {
-      next_[bottom].store(index_of(head), std::memory_order_relaxed);
-      if (head_.compare_exchange_weak(head, pack(top, tag_of(head) + 1), std::memory_order_release,
-                                      std::memory_order_relaxed))
-        return;
-    }
-  }
+  // Gives the calling thread a cache of free packets, if the pool is large enough and a
+  // cache is left. For threads that acquire or release packets all the time; call once.
+  void use_thread_cache();
 
   size_t size() const { return packets_.size(); }
-  // Walks the free list: only for a quiescent pool (tests, after the threads stopped).
-  size_t count_free() const {
-    size_t count = 0;
-    for (uint32_t index = index_of(head_.load(std::memory_order_acquire)); index != kEmpty;
-         index = next_[index].load(std::memory_order_relaxed))
-      ++count;
-    return count;
-  }
+  // Free packets, on the stack and in the caches: only for a quiescent pool (tests, after
+  // the threads stopped).
+  size_t count_free() const;
 
  private:
   static constexpr uint32_t kEmpty = ~uint32_t{0};
+  static constexpr size_t kThreadCaches = 64;
+  static constexpr size_t kThreadCacheMax = 64;
   static uint64_t pack(uint32_t index, uint32_t tag) { return uint64_t{tag} << 32 | index; }
   static uint32_t index_of(uint64_t head) { return static_cast<uint32_t>(head); }
   static uint32_t tag_of(uint64_t head) { return static_cast<uint32_t>(head >> 32); }
 
+  struct alignas(64) ThreadCache {
+    std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
+    // Written by the owner only; atomic so that count_free() may read it (relaxed, free).
+    std::atomic<uint32_t> count{0};
+    std::array<Packet*, kThreadCacheMax> packets{};
+  };
+  // The calling thread's cache in this pool, or nullptr.
+  ThreadCache* thread_cache() const;
+  Packet* pop_stack();
+  void push_stack(Packet* packet);
+  // Links `batch` into a chain (its last packet on top) and pushes it at once.
+  void push_chain(std::span<Packet* const> batch);
+
+  const uint64_t id_;            // tells pools apart in each thread's lookup of its cache
+  const size_t cache_capacity_;  // 0: no thread caches (a small pool)
   std::vector<std::unique_ptr<Packet>> packets_;
   std::unique_ptr<std::atomic<uint32_t>[]> next_;
+  std::unique_ptr<ThreadCache[]> caches_;
   alignas(64) std::atomic<uint64_t> head_{0};
 };
 

@@ -62,7 +62,6 @@ uint64_t this_thread_token() {
 Pipeline::Pipeline(PipelineConfig config)
     : config_(std::move(config)),
       id_(next_pipeline_id.fetch_add(1, std::memory_order_relaxed)),
-      acquire_batch_(std::min(kWorkerBatch, config_.pool_packets / (4 * kSubmitterSlots))),
       pool_(config_.pool_packets, config_.packet_capacity),
       work_(config_.pool_packets) {
   if (config_.pool_packets == 0 || config_.max_in_flight_per_sa == 0 ||
@@ -102,18 +101,6 @@ Pipeline::~Pipeline() {
 }
 
 Packet* Pipeline::acquire() {
-  // A thread with a slot (a reader, a run-to-completion submitter) takes packets a batch
-  // at a time: one locked instruction per batch instead of one per packet.
-  if (SubmitterSlot* slot = acquire_batch_ > 1 ? own_slot(false) : nullptr) {
-    if (slot->free_count == 0) {
-      slot->free_count = static_cast<uint32_t>(
-          pool_.acquire(std::span<Packet*>(slot->free.data(), acquire_batch_)));
-      // Handed out from the back: the pool's top (the packet freed last, the one still
-      // in cache) goes first, as with single acquisitions.
-      std::reverse(slot->free.begin(), slot->free.begin() + slot->free_count);
-    }
-    if (slot->free_count != 0) return slot->free[--slot->free_count];
-  }
   if (Packet* packet = pool_.acquire()) return packet;
   // Run to completion: the packets this thread (or another) submitted come back to the
   // pool once this thread has processed them.
@@ -125,12 +112,6 @@ Packet* Pipeline::acquire() {
       if (Packet* packet = pool_.acquire()) return packet;
   relieve_pressure();
   return pool_.acquire();
-}
-
-size_t Pipeline::free_packets() const {
-  size_t count = pool_.count_free();
-  for (size_t i = 0; i < kSubmitterSlots; ++i) count += slots_[i].free_count;
-  return count;
 }
 
 void Pipeline::relieve_pressure() {
@@ -211,6 +192,9 @@ Pipeline::SubmitterSlot* Pipeline::own_slot(bool claim) {
     if (slots_[i].owner.compare_exchange_strong(free, token, std::memory_order_acq_rel))
       found = &slots_[i];
   }
+  // A submitting thread acquires (and, running to completion, releases) packets all the
+  // time: it keeps free ones at hand.
+  if (claim && found) pool_.use_thread_cache();
   cache = {id_, found, claim && !found};
   return found;
 }

@@ -86,9 +86,6 @@ class Pipeline {
   Packet* acquire();
   void release(Packet* packet) { pool_.release(packet); }
   PacketPool& pool() { return pool_; }
-  // Packets not in use: in the pool and kept by submitting threads for their next
-  // acquire(). Only once the submitting threads have stopped (tests, shutdown).
-  size_t free_packets() const;
 
   // Channels must come from here: when their last owner lets go, the pipeline deletes them
   // once no packet in flight points at them (ChannelReclaimer). `keep_alive` lives as long
@@ -153,10 +150,6 @@ class Pipeline {
     std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
     std::atomic<uint32_t> count{0};
     std::array<Packet*, kWorkerBatch> packets{};
-    // Free packets taken from the pool together for this thread's next acquire() calls
-    // (owner only; counted by free_packets() once the owners stopped).
-    uint32_t free_count = 0;
-    std::array<Packet*, kWorkerBatch> free{};
   };
   static constexpr size_t kSubmitterSlots = 64;
 
@@ -182,9 +175,6 @@ class Pipeline {
 
   PipelineConfig config_;
   const uint64_t id_;  // distinguishes pipelines in each thread's cache of its slot
-  // Packets a submitting thread takes from the pool at once: a quarter of the pool at most
-  // can wait in the slots' caches, so none of them starves another reader.
-  const size_t acquire_batch_;
   // Shared with the channels' deleters, which may run after the pipeline is gone (then
   // they delete at once: nothing is in flight any more).
   std::shared_ptr<ChannelReclaimer> reclaimer_ = std::make_shared<ChannelReclaimer>();

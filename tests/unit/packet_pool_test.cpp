@@ -70,15 +70,63 @@ TEST(PacketPool, ABatchAcquireTakesTheTopInOrder) {
   EXPECT_EQ(pool.count_free(), 0u);
 }
 
-TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
-  constexpr size_t kPackets = 64;
+// 1024 packets: the smallest pool with thread caches (4 packets each).
+TEST(PacketPool, AThreadCacheHandsBackWhatThisThreadReleasedFirst) {
+  PacketPool pool(1024, 64);
+  pool.use_thread_cache();
+  Packet* a = pool.acquire();  // fills half the cache from the stack's top
+  Packet* b = pool.acquire();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  pool.release(b);
+  pool.release(a);
+  EXPECT_EQ(pool.acquire(), a);
+  EXPECT_EQ(pool.acquire(), b);
+  pool.release(a);
+  pool.release(b);
+  EXPECT_EQ(pool.count_free(), 1024u) << "cached packets count as free";
+}
+
+TEST(PacketPool, AThreadCacheTakesWhatFitsAndTheStackTheRest) {
+  PacketPool pool(1024, 64);
+  pool.use_thread_cache();
+  std::vector<Packet*> taken;
+  for (int i = 0; i < 10; ++i) taken.push_back(pool.acquire());
+  pool.release(std::span<Packet* const>(taken));  // 4 fit in the cache
+  EXPECT_EQ(pool.count_free(), 1024u);
+  // The end of the batch comes back first, from the cache; then the rest, from the stack.
+  for (auto it = taken.rbegin(); it != taken.rend(); ++it) EXPECT_EQ(pool.acquire(), *it);
+  for (Packet* p : taken) pool.release(p);  // singly: 4 cached, 6 pushed
+  EXPECT_EQ(pool.count_free(), 1024u);
+  std::vector<Packet*> all;
+  while (Packet* p = pool.acquire()) all.push_back(p);
+  EXPECT_EQ(all.size(), 1024u);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::unique(all.begin(), all.end()), all.end());
+}
+
+TEST(PacketPool, SmallPoolsHaveNoThreadCaches) {
+  PacketPool pool(8, 64);
+  pool.use_thread_cache();
+  std::vector<Packet*> taken;
+  while (Packet* p = pool.acquire()) taken.push_back(p);
+  EXPECT_EQ(taken.size(), 8u);
+  pool.release(taken.back());
+  EXPECT_EQ(pool.count_free(), 1u);
+}
+
+// Threads with caches and without, single and batch acquisitions and releases: every
+// packet has at most one owner at a time and all are back at the end.
+void expect_no_packet_held_twice_or_lost(size_t packets, bool caches) {
+  const size_t pool_size = packets;
   constexpr int kThreads = 4, kRounds = 100000;
-  PacketPool pool(kPackets, 64);
-  std::vector<std::atomic<int>> owners(kPackets);
+  PacketPool pool(pool_size, 64);
+  std::vector<std::atomic<int>> owners(pool_size);
   std::atomic<bool> double_owner{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
+      if (caches && t % 2 == 0) pool.use_thread_cache();
       std::mt19937 rng(t);
       std::vector<Packet*> held;
       for (int i = 0; i < kRounds; ++i) {
@@ -113,10 +161,19 @@ TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
   }
   for (auto& t : threads) t.join();
   EXPECT_FALSE(double_owner.load());
-  EXPECT_EQ(pool.count_free(), kPackets);
+  EXPECT_EQ(pool.count_free(), pool_size);
+  if (caches) return;  // what stopped threads cached stays in their caches
   std::vector<Packet*> all;
   while (Packet* p = pool.acquire()) all.push_back(p);
-  EXPECT_EQ(all.size(), kPackets) << "every packet is back on the free list";
+  EXPECT_EQ(all.size(), pool_size) << "every packet is back on the free list";
+}
+
+TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLost) {
+  expect_no_packet_held_twice_or_lost(64, false);
+}
+
+TEST(PacketPoolConcurrent, NoPacketIsHeldTwiceOrLostWithThreadCaches) {
+  expect_no_packet_held_twice_or_lost(1024, true);
 }
 
 }  // namespace

@@ -405,7 +405,7 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
     pipeline.wait_idle();
     EXPECT_TRUE(pipeline.idle());
     EXPECT_EQ(sink.count(), size_t{kThreads} * kPerThread);
-    EXPECT_EQ(pipeline.free_packets(), config.pool_packets);
+    EXPECT_EQ(pipeline.pool().count_free(), config.pool_packets);
   }
   expect_dense_sequence(sink, size_t{kThreads} * kPerThread);
 }
