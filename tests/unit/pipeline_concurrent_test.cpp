@@ -640,17 +640,24 @@ class WorkerGate {
   std::atomic<bool> open_{false};
 };
 
+// Two workers behind `gate`; the submitting thread never runs crypto itself, so it cannot
+// end up behind the gate.
+PipelineConfig gated_config(WorkerGate& gate) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 512;
+  config.before_crypto = [&gate](unsigned worker) { gate.wait(worker); };
+  config.submitter_assist_threshold = 0;
+  return config;
+}
+
 // Packets point at their channel without owning it: when the last owner lets go while
 // packets are in flight, the channel (its SA, its key, its sink's keeper) must stay until
 // they are delivered, and go after.
 TEST(PipelineConcurrent, AnOutboundChannelDroppedWithPacketsInFlightOutlivesThemOnly) {
   constexpr uint32_t kPackets = 200;
   WorkerGate gate;
-  PipelineConfig config;
-  config.workers = 2;
-  config.pool_packets = 512;
-  config.before_crypto = [&gate](unsigned worker) { gate.wait(worker); };
-  config.submitter_assist_threshold = 0;  // this thread must not end up behind the gate
+  const PipelineConfig config = gated_config(gate);
   RecordingSink sink(false);
   Pipeline pipeline(config);
   auto sa = std::make_shared<esp::OutboundSa>(
@@ -684,11 +691,7 @@ TEST(PipelineConcurrent, AnOutboundChannelDroppedWithPacketsInFlightOutlivesThem
 TEST(PipelineConcurrent, AnInboundChannelRemovedWithPacketsInFlightDeliversThemThenGoes) {
   constexpr uint32_t kPackets = 200;
   WorkerGate gate;
-  PipelineConfig config;
-  config.workers = 2;
-  config.pool_packets = 512;
-  config.before_crypto = [&gate](unsigned worker) { gate.wait(worker); };
-  config.submitter_assist_threshold = 0;  // this thread must not end up behind the gate
+  const PipelineConfig config = gated_config(gate);
   RecordingSink sink(true);
   const auto sa_config =
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x601);
