@@ -1,8 +1,5 @@
 #include "esp/decap.h"
 
-#include <array>
-#include <vector>
-
 #include "esp/esp_format.h"
 #include "util/byte_order.h"
 
@@ -97,7 +94,7 @@ DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload
 }  // namespace
 
 DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
-  FinishItem item{&prepared, &packet, DropReason::none};
+  FinishItem item{&prepared, &packet, DropReason::none, 0};
   decap_finish_each(std::span<FinishItem>(&item, 1));
   return item.reason;
 }
@@ -108,18 +105,12 @@ void decap_finish_each(std::span<FinishItem> items) {
   // The window moves for every authentic packet (RFC 4303 3.4.3), whatever its contents;
   // a replay verdict outranks any content problem. Packets are counted inside the
   // commit's critical section (single-writer counters).
-  std::array<size_t, 64> lengths_small;
-  std::vector<size_t> lengths_large;
-  size_t* lengths = lengths_small.data();
-  if (items.size() > lengths_small.size()) {
-    lengths_large.resize(items.size());
-    lengths = lengths_large.data();
-  }
-  for (size_t i = 0; i < items.size(); ++i) {
-    PacketBuffer& packet = *items[i].packet;
+  for (FinishItem& item : items) {
+    PacketBuffer& packet = *item.packet;
     packet.pull_front(kEspHeaderLength + kExplicitIvLength);
     packet.trim_back(kIcvLength);
-    items[i].reason = parse_decrypted(sa, packet.data(), packet.size(), lengths[i]);
+    item.inner_length = 0;
+    item.reason = parse_decrypted(sa, packet.data(), packet.size(), item.inner_length);
   }
   sa.replay_window().commit_each(
       items.size(), [&](size_t i) { return items[i].prepared->sequence; },
@@ -127,13 +118,13 @@ void decap_finish_each(std::span<FinishItem> items) {
         if (verdict != ReplayWindow::Verdict::accept)
           items[i].reason = replay_reason(verdict);  // outranks a content problem
         else if (items[i].reason == DropReason::none)
-          sa.counters().count_packet_locked(lengths[i]);
+          sa.counters().count_packet_locked(items[i].inner_length);
       });
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].reason != DropReason::none)
       drop(sa.counters(), items[i].reason);
     else
-      items[i].packet->narrow(0, lengths[i]);
+      items[i].packet->narrow(0, items[i].inner_length);
   }
 }
 

@@ -47,7 +47,10 @@ DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet);
 struct FinishItem {
   const PreparedDecap* prepared;
   PacketBuffer* packet;
-  DropReason reason;  // the result (no initializer: a worker keeps arrays of these)
+  // Results (no initializers: a worker keeps arrays of these). `inner_length` is the
+  // inner packet's own length, TFC padding excluded; valid when `reason` is none.
+  DropReason reason;
+  size_t inner_length;
 };
 void decap_finish_each(std::span<FinishItem> items);
 

@@ -146,13 +146,15 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   }
   // Read first and wait only when nothing is there: under load there nearly always is,
   // and a poll() before every batch was a second system call per batch.
-  int received =
-      recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+  auto read_batch = [&] {
+    return recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+  };
+  int received = read_batch();
   if (received < 0 && errno == EAGAIN) {
     pollfd waiter{fd_, POLLIN, 0};
     const int ready = poll(&waiter, 1, timeout_ms);
     if (ready <= 0) return ready;
-    received = recvmmsg(fd_, messages.data(), static_cast<unsigned>(count), MSG_DONTWAIT, nullptr);
+    received = read_batch();
   }
   if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
 

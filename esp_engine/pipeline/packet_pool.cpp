@@ -66,7 +66,10 @@ PacketPool::ThreadCache* PacketPool::thread_cache() const {
 
 Packet* PacketPool::acquire() {
   ThreadCache* cache = thread_cache();
-  if (cache == nullptr) return pop_stack();
+  if (cache == nullptr) {
+    Packet* packet = nullptr;
+    return acquire(std::span<Packet*>(&packet, 1)) != 0 ? packet : nullptr;
+  }
   uint32_t count = cache->count.load(std::memory_order_relaxed);
   if (count == 0) {
     // Half a cache: room stays for what this thread releases before it acquires again.
@@ -107,7 +110,7 @@ void PacketPool::release(Packet* packet) {
       return;
     }
   }
-  push_stack(packet);
+  push_chain(std::span<Packet* const>(&packet, 1));
 }
 
 void PacketPool::release(std::span<Packet* const> batch) {
@@ -125,29 +128,6 @@ void PacketPool::release(std::span<Packet* const> batch) {
     if (batch.empty()) return;
   }
   push_chain(batch);
-}
-
-Packet* PacketPool::pop_stack() {
-  uint64_t head = head_.load(std::memory_order_acquire);
-  for (;;) {
-    const uint32_t index = index_of(head);
-    if (index == kEmpty) return nullptr;
-    const uint32_t next = next_[index].load(std::memory_order_relaxed);
-    if (head_.compare_exchange_weak(head, pack(next, tag_of(head) + 1), std::memory_order_acq_rel,
-                                    std::memory_order_acquire))
-      return packets_[index].get();
-  }
-}
-
-void PacketPool::push_stack(Packet* packet) {
-  const uint32_t index = packet->pool_index;
-  uint64_t head = head_.load(std::memory_order_relaxed);
-  for (;;) {
-    next_[index].store(index_of(head), std::memory_order_relaxed);
-    if (head_.compare_exchange_weak(head, pack(index, tag_of(head) + 1), std::memory_order_release,
-                                    std::memory_order_relaxed))
-      return;
-  }
 }
 
 void PacketPool::push_chain(std::span<Packet* const> batch) {

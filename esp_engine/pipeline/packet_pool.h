@@ -75,9 +75,8 @@ class PacketPool {
   };
   // The calling thread's cache in this pool, or nullptr.
   ThreadCache* thread_cache() const;
-  Packet* pop_stack();
-  void push_stack(Packet* packet);
-  // Links `batch` into a chain (its last packet on top) and pushes it at once.
+  // Links `batch` (one packet or more) into a chain, its last packet on top, and pushes it
+  // with one compare-exchange.
   void push_chain(std::span<Packet* const> batch);
 
   const uint64_t id_;            // tells pools apart in each thread's lookup of its cache

@@ -448,7 +448,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       continue;
     }
     t.opened_packets[t.opened_count] = packet;
-    t.opened[t.opened_count++] = {&packet->decap, &packet->buffer, esp::DropReason::none};
+    t.opened[t.opened_count++] = {&packet->decap, &packet->buffer, esp::DropReason::none, 0};
   }
   for (size_t i = 0; i < touched_count; ++i) {
     Touched& t = touched[i];

@@ -165,7 +165,7 @@ TEST_F(DecapDrops, PacketsFinishedTogetherGetTheirOwnVerdicts) {
   for (size_t i = 0; i < packets.size(); ++i) {
     ASSERT_EQ(decap_check(in(), packets[i], prepared[i]), DropReason::none);
     ASSERT_EQ(decap_open(prepared[i], packets[i]), DropReason::none);
-    items.push_back({&prepared[i], &packets[i], DropReason::none});
+    items.push_back({&prepared[i], &packets[i], DropReason::none, 0});
   }
   const uint64_t accepted = in().counters().packets();
   const uint64_t replayed = in().counters().drops(DropReason::replayed);
