@@ -402,80 +402,101 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
 }
 
 void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker) {
-  // Crypto for the whole batch first, collecting each result per channel; then, per
-  // channel touched, one lock acquisition to stage them all and one drain. Staging and
-  // draining are the shared, serial part; doing them once per batch and channel keeps
-  // workers that share an SA from trading its lock for every packet.
-  struct Touched {
-    OutboundChannel* outbound = nullptr;
-    InboundChannel* inbound = nullptr;
-    std::array<OrderedRelease::Staged, kWorkerBatch> staged;
-    size_t count = 0;
-    size_t finished = 0;  // inbound packets through crypto, staged or dropped
-    // Inbound packets whose ICV verified: finished together, with one acquisition of
-    // the SA's replay-window lock.
-    std::array<esp::FinishItem, kWorkerBatch> opened;
-    std::array<Packet*, kWorkerBatch> opened_packets;
-    size_t opened_count = 0;
+  // Crypto for the whole batch first; then, per channel touched, the shared and serial
+  // part once: one replay-window commit, one acquisition of the release lock to stage
+  // them all, one drain. Doing these once per batch and channel keeps workers that share
+  // an SA from trading its locks for every packet. A batch can span as many channels as
+  // it has packets (64 SAs in an ECMP group), so the per-batch state is kept compact:
+  // channels are found in an array of pointers and packets grouped by a counting sort,
+  // a few cache lines in all (an array of per-channel staging areas was 58 KiB, and
+  // finding a channel walked one cache line per channel already seen).
+  struct Group {
+    OutboundChannel* outbound;
+    InboundChannel* inbound;
+    uint32_t packets;   // through crypto and kept: in `grouped`, from `first`
+    uint32_t finished;  // inbound: through crypto, kept or dropped
+    uint32_t first;
   };
-  std::array<Touched, kWorkerBatch> touched;
-  size_t touched_count = 0;
-  auto slot_for = [&](auto& channel, auto member) -> Touched& {
-    for (size_t i = 0; i < touched_count; ++i)
-      if (touched[i].*member == channel) return touched[i];
-    Touched& t = touched[touched_count++];
-    t.*member = channel;
-    return t;
+  constexpr uint8_t kDropped = 0xFF;
+  std::array<const void*, kWorkerBatch> keys;
+  std::array<Group, kWorkerBatch> groups;
+  std::array<uint8_t, kWorkerBatch> group_of;
+  size_t group_count = 0;
+  auto group_for = [&](const void* key, OutboundChannel* outbound, InboundChannel* inbound) {
+    for (size_t g = 0; g < group_count; ++g)
+      if (keys[g] == key) return static_cast<uint8_t>(g);
+    keys[group_count] = key;
+    groups[group_count] = {outbound, inbound, 0, 0, 0};
+    return static_cast<uint8_t>(group_count++);
   };
   for (size_t i = 0; i < count; ++i) {
     Packet* packet = batch[i];
     if (config_.before_crypto) config_.before_crypto(worker);
+    uint8_t g;
     if (packet->direction == Direction::outbound) {
       OutboundChannel* channel = packet->outbound;
       packet->outbound = nullptr;
       esp::encap_seal(channel->sa(), packet->buffer, packet->encap);
-      Touched& t = slot_for(channel, &Touched::outbound);
-      // Outbound packets are released by their sequence number, dense per SA.
-      t.staged[t.count++] = {packet->encap.sequence, packet};
-      continue;
-    }
-    InboundChannel* channel = packet->inbound;
-    packet->inbound = nullptr;
-    Touched& t = slot_for(channel, &Touched::inbound);
-    ++t.finished;
-    if (esp::decap_open(packet->decap, packet->buffer) != esp::DropReason::none) {
-      pool_.release(packet);  // counted on the SA; no tombstone: the number is unproven
-      continue;
-    }
-    t.opened_packets[t.opened_count] = packet;
-    t.opened[t.opened_count++] = {&packet->decap, &packet->buffer, esp::DropReason::none, 0};
-  }
-  for (size_t i = 0; i < touched_count; ++i) {
-    Touched& t = touched[i];
-    if (t.opened_count == 0) continue;
-    esp::decap_finish_each(std::span(t.opened.data(), t.opened_count));
-    for (size_t j = 0; j < t.opened_count; ++j) {
-      Packet* packet = t.opened_packets[j];
-      const uint64_t sequence = packet->decap.sequence;
-      if (t.opened[j].reason == esp::DropReason::none) {
-        t.staged[t.count++] = {sequence, packet};
-      } else {
-        pool_.release(packet);  // the drop is already counted on the SA
-        if (authenticated_drop(t.opened[j].reason)) t.staged[t.count++] = {sequence, nullptr};
+      g = group_for(channel, channel, nullptr);
+    } else {
+      InboundChannel* channel = packet->inbound;
+      packet->inbound = nullptr;
+      g = group_for(channel, nullptr, channel);
+      ++groups[g].finished;
+      if (esp::decap_open(packet->decap, packet->buffer) != esp::DropReason::none) {
+        pool_.release(packet);  // counted on the SA; no tombstone: the number is unproven
+        group_of[i] = kDropped;
+        continue;
       }
     }
+    group_of[i] = g;
+    ++groups[g].packets;
   }
-  for (size_t i = 0; i < touched_count; ++i) {
-    Touched& t = touched[i];
-    const std::span<const OrderedRelease::Staged> staged(t.staged.data(), t.count);
-    if (t.outbound) {
-      t.outbound->release().stage_and_drain(staged, 0, t.outbound->sink(), pool_);
-    } else {
-      // Only once staged are these packets where the reorder buffer sees them: until then
-      // they count as in crypto, so that a gap they fill is not given up on meanwhile.
-      if (t.inbound->release().stage_and_drain(staged, t.finished, t.inbound->sink(), pool_))
-        schedule_gap_timer(*t.inbound);
+  // Each channel's packets together, in batch order.
+  std::array<Packet*, kWorkerBatch> grouped;
+  std::array<uint32_t, kWorkerBatch> cursor;
+  for (uint32_t g = 0, next = 0; g < group_count; ++g) {
+    groups[g].first = next;
+    cursor[g] = next;
+    next += groups[g].packets;
+  }
+  for (size_t i = 0; i < count; ++i)
+    if (group_of[i] != kDropped) grouped[cursor[group_of[i]]++] = batch[i];
+
+  std::array<OrderedRelease::Staged, kWorkerBatch> staged;
+  std::array<esp::FinishItem, kWorkerBatch> opened;
+  for (size_t g = 0; g < group_count; ++g) {
+    const Group& group = groups[g];
+    Packet* const* packets = grouped.data() + group.first;
+    if (group.outbound) {
+      // Outbound packets are released by their sequence number, dense per SA.
+      for (uint32_t j = 0; j < group.packets; ++j)
+        staged[j] = {packets[j]->encap.sequence, packets[j]};
+      group.outbound->release().stage_and_drain(std::span(staged.data(), group.packets), 0,
+                                                group.outbound->sink(), pool_);
+      continue;
     }
+    // Inbound packets whose ICV verified: finished together, with one acquisition of the
+    // SA's replay-window lock.
+    for (uint32_t j = 0; j < group.packets; ++j)
+      opened[j] = {&packets[j]->decap, &packets[j]->buffer, esp::DropReason::none, 0};
+    if (group.packets != 0) esp::decap_finish_each(std::span(opened.data(), group.packets));
+    size_t staged_count = 0;
+    for (uint32_t j = 0; j < group.packets; ++j) {
+      Packet* packet = packets[j];
+      const uint64_t sequence = packet->decap.sequence;
+      if (opened[j].reason == esp::DropReason::none) {
+        staged[staged_count++] = {sequence, packet};
+      } else {
+        pool_.release(packet);  // the drop is already counted on the SA
+        if (authenticated_drop(opened[j].reason)) staged[staged_count++] = {sequence, nullptr};
+      }
+    }
+    // Only once staged are these packets where the reorder buffer sees them: until then
+    // they count as in crypto, so that a gap they fill is not given up on meanwhile.
+    if (group.inbound->release().stage_and_drain(std::span(staged.data(), staged_count),
+                                                 group.finished, group.inbound->sink(), pool_))
+      schedule_gap_timer(*group.inbound);
   }
 }
 
