@@ -139,6 +139,18 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "socket-buffer") {
       if (!parse_number<size_t>(value, config.socket_buffer_bytes, 65536, size_t{1} << 30))
         bad("a size in bytes from 65536 to 1073741824");
+    } else if (key == "queue-delay-target-us") {
+      unsigned us = 0;
+      if (parse_number(value, us, 0u, 1000000u))
+        config.queue_delay_target = std::chrono::microseconds(us);
+      else
+        bad("microseconds from 0 (off) to 1000000");
+    } else if (key == "queue-delay-interval-us") {
+      unsigned us = 0;
+      if (parse_number(value, us, 100u, 10000000u))
+        config.queue_delay_interval = std::chrono::microseconds(us);
+      else
+        bad("microseconds from 100 to 10000000");
     } else if (key == "reorder-hold-us") {
       unsigned us = 0;
       if (parse_number(value, us, 1u, 1000000u))

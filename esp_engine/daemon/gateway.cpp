@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "esp/esp_format.h"
 #include "esp/wire.h"
 #include "io/offload.h"
+#include "io/queue_delay_gate.h"
 #include "util/byte_order.h"
 #include "xfrm/flow_key.h"
 #include "xfrm/lifetime.h"
@@ -26,6 +28,14 @@ namespace {
 
 constexpr size_t kWanBatch = 32;
 constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
+// A datagram that seems to have waited longer was stamped before a clock step.
+constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 // The SA group slot an outbound SA fills (its member key for rendezvous hashing): the
 // IKE_SA for charon's SAs, so that a CHILD_SA rekey moves no flow; the SPI for static SAs,
@@ -109,16 +119,25 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   TunSink(const io::TunDevice& tun, GatewayCounters& counters, const std::atomic<unsigned>& lan_mtu)
       : tun_(tun), counters_(counters), lan_mtu_(lan_mtu) {}
   void deliver(std::span<pipeline::Packet* const> packets) override {
+    uint64_t queue_delay_drops = 0;
+    auto keep = [&](const pipeline::Packet* packet) {
+      if (!packet->drop_at_delivery) return true;
+      ++queue_delay_drops;
+      return false;
+    };
     if (!tun_.vnet_header()) {
       for (pipeline::Packet* packet : packets)
-        if (!tun_.write(0, packet->buffer.bytes()))
+        if (keep(packet) && !tun_.write(0, packet->buffer.bytes()))
           counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+      count_queue_delay(queue_delay_drops);
       return;
     }
     thread_local io::TcpCoalescer coalescer;
     coalescer.set_max_packet(lan_mtu_.load(std::memory_order_relaxed));
     const uint64_t resegmented = coalescer.stats().resegmented;
-    for (pipeline::Packet* packet : packets) coalescer.add(packet->buffer.bytes());
+    for (pipeline::Packet* packet : packets)
+      if (keep(packet)) coalescer.add(packet->buffer.bytes());
+    count_queue_delay(queue_delay_drops);
     auto write = [&](std::span<const uint8_t> frame) {
       if (!tun_.write(0, frame)) counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -129,6 +148,10 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   }
 
  private:
+  void count_queue_delay(uint64_t drops) {
+    if (drops != 0) counters_.queue_delay.fetch_add(drops, std::memory_order_relaxed);
+  }
+
   const io::TunDevice& tun_;
   GatewayCounters& counters_;
   const std::atomic<unsigned>& lan_mtu_;
@@ -719,6 +742,9 @@ void Gateway::wan_reader(io::WanSocket* socket) {
   std::array<pipeline::Packet*, kWanBatch> packets{};
   std::array<io::Datagram, kWanBatch> datagrams{};
   size_t have = 0;
+  io::QueueDelayGate gate(
+      static_cast<uint64_t>(std::chrono::nanoseconds(config_.queue_delay_target).count()),
+      static_cast<uint64_t>(std::chrono::nanoseconds(config_.queue_delay_interval).count()));
   pipeline_->hand_over_in_batches();  // a recvmmsg batch reaches a worker together
   while (running_.load(std::memory_order_relaxed)) {
     while (have < kWanBatch) {
@@ -733,9 +759,18 @@ void Gateway::wan_reader(io::WanSocket* socket) {
     for (size_t i = 0; i < have; ++i) datagrams[i].buffer = &packets[i]->buffer;
     const int received = socket->receive({datagrams.data(), have}, kPollMs);
     if (received <= 0) continue;
+    // The kernel stamps arrivals with the real-time clock; the gate keeps time with the
+    // monotonic one (a clock step must not look like a delay, hence the bound).
+    const uint64_t now_real = clock_ns(CLOCK_REALTIME);
+    const uint64_t now = clock_ns(CLOCK_MONOTONIC);
     for (int i = 0; i < received; ++i) {
       pipeline::Packet* packet = packets[i];
       esp::PacketBuffer& buffer = packet->buffer;
+      const uint64_t arrival = datagrams[i].arrival_ns;
+      const uint64_t waited =
+          arrival != 0 && now_real > arrival && now_real - arrival < kMaxPlausibleQueueDelayNs
+              ? now_real - arrival
+              : 0;
       if (socket->kind() == io::WanKind::udp) {
         if (buffer.size() == 1 && buffer.data()[0] == 0xFF) {  // RFC 3948 NAT keepalive
           pipeline_->engine_counters().count(esp::DropReason::nat_keepalive);
@@ -749,6 +784,7 @@ void Gateway::wan_reader(io::WanSocket* socket) {
           continue;
         }
       }
+      packet->drop_at_delivery = gate.should_drop(waited, now);
       pipeline_->submit_inbound(packet);  // drops are counted by the pipeline or the SA
     }
     pipeline_->complete_submitted();
@@ -839,11 +875,12 @@ void Gateway::log_counters() const {
   };
   log(LogLevel::info,
       "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
-      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu; "
+      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu queue-delay=%llu; "
       "tun-resegmented=%llu (not a drop: larger than lan-mtu %u)",
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
       g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
-      g(counters_.tun_bad_offload), g(counters_.tun_resegmented), lan_mtu_.load());
+      g(counters_.tun_bad_offload), g(counters_.queue_delay), g(counters_.tun_resegmented),
+      lan_mtu_.load());
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();
     log(LogLevel::info,

@@ -172,7 +172,8 @@ GatewayStatus Gateway::status(bool entries) const {
                           {"ike-no-charon", g(counters_.ike_dropped)},
                           {"wan-send-failed", g(counters_.wan_send_failed)},
                           {"tun-write-failed", g(counters_.tun_write_failed)},
-                          {"tun-bad-offload", g(counters_.tun_bad_offload)}};
+                          {"tun-bad-offload", g(counters_.tun_bad_offload)},
+                          {"queue-delay", g(counters_.queue_delay)}};
   status.engine_drops = nonzero_drops(pipeline_->engine_counters());
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();

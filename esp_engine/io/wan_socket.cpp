@@ -4,6 +4,7 @@
 
 #include <netinet/udp.h>
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,6 +79,9 @@ WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port,
   // The kernel then reports, with each datagram, how many it dropped on this socket's
   // full receive buffer: drops that would otherwise only show in /proc/net/snmp.
   setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+  // And when it received each one: the reader's measure of the queue's delay
+  // (QueueDelayGate). Without it arrival_ns stays 0 and the gate sees no delay.
+  setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
   // Without UDP_GRO the kernel cuts every coalesced or unsegmented GSO buffer back into
   // single datagrams before queueing them; with it, one receive carries up to 64 of them.
   // A kernel without it (before 5.0) just gets the plain path.
@@ -114,6 +118,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     scratch_messages_ = count;
     peers_.resize(count);
     peer_lengths_.resize(count);
+    arrivals_.resize(count);
     pending_.reserve(count * kMaxGroSegments);
   }
   std::array<mmsghdr, kMaxBatch> messages{};
@@ -121,7 +126,9 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   // a few KB of stores per batch.
   std::array<iovec, kMaxBatch * 2> vectors;
   struct alignas(cmsghdr) Control {
-    uint8_t bytes[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int))];  // RXQ_OVFL, GRO
+    // RXQ_OVFL, GRO, TIMESTAMPNS
+    uint8_t bytes[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int)) +
+                  CMSG_SPACE(sizeof(timespec))];
   };
   std::array<Control, kMaxBatch> controls;
   for (size_t i = 0; i < count; ++i) {
@@ -164,6 +171,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   for (size_t i = 0; i < static_cast<size_t>(received); ++i) {
     msghdr& header = messages[i].msg_hdr;
     segment_size[i] = 0;
+    datagrams[i].arrival_ns = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
         uint32_t dropped;
@@ -173,6 +181,11 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
         int size;
         std::memcpy(&size, CMSG_DATA(c), sizeof size);
         segment_size[i] = size > 0 ? static_cast<size_t>(size) : 0;
+      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+        timespec stamp;
+        std::memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
+        datagrams[i].arrival_ns = static_cast<uint64_t>(stamp.tv_sec) * 1'000'000'000u +
+                                  static_cast<uint64_t>(stamp.tv_nsec);
       }
     }
     const size_t length = messages[i].msg_len;
@@ -207,6 +220,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     std::memcpy(start, vectors[2 * r].iov_base, in_buffer);
     peers_[r] = datagrams[r].peer;
     peer_lengths_[r] = messages[r].msg_hdr.msg_namelen;
+    arrivals_[r] = datagrams[r].arrival_ns;
     const size_t step = segment_size[r];
     if (step == 0 || step >= length) {
       pending_.push_back({start, static_cast<uint32_t>(length), static_cast<uint32_t>(r)});
@@ -237,6 +251,7 @@ size_t WanSocket::drain_pending(std::span<Datagram> datagrams) {
     }
     d.peer = peers_[segment.message];
     d.peer_length = peer_lengths_[segment.message];
+    d.arrival_ns = arrivals_[segment.message];
     ++filled;
   }
   return filled;

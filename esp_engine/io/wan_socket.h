@@ -29,6 +29,9 @@ struct Datagram {
   esp::PacketBuffer* buffer = nullptr;  // receive: filled at its default headroom
   sockaddr_storage peer{};
   socklen_t peer_length = 0;
+  // When the kernel received it (SO_TIMESTAMPNS, CLOCK_REALTIME ns); 0 if not reported.
+  // The reader's clock minus this is how long it waited in the socket's queue.
+  uint64_t arrival_ns = 0;
 };
 
 // An outgoing packet: `data` points at the ESP packet (SPI first).
@@ -97,7 +100,7 @@ class WanSocket {
   struct Segment {
     const uint8_t* data;
     uint32_t length;
-    uint32_t message;  // index into peers_
+    uint32_t message;  // index into peers_ and arrivals_
   };
 
   int send_each(std::span<const Outgoing> packets) const;
@@ -126,6 +129,7 @@ class WanSocket {
   size_t scratch_messages_ = 0;
   std::vector<sockaddr_storage> peers_;  // of the messages segments come from
   std::vector<socklen_t> peer_lengths_;
+  std::vector<uint64_t> arrivals_;
   std::vector<Segment> pending_;
   size_t pending_next_ = 0;
 

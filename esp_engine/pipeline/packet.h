@@ -28,6 +28,11 @@ struct Packet {
   OutboundChannel* outbound = nullptr;
   InboundChannel* inbound = nullptr;
   esp::PreparedEncap encap;
+  // Inbound: its reader wants it dropped once it is authenticated and in order (queue
+  // management, io/QueueDelayGate); the pipeline carries it to the sink, which drops it.
+  // Dropping it there, not before decryption, leaves no gap in the SA's sequence for the
+  // reorder buffer to wait on.
+  bool drop_at_delivery = false;
   esp::PreparedDecap decap;
   uint64_t arrival_ns = 0;  // when it entered a reorder buffer (hold-time accounting)
   uint32_t pool_index = 0;  // set once by the pool that owns the packet

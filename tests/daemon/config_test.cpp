@@ -19,6 +19,8 @@ workers = 3
 crypto-backend = openssl
 pin-workers = yes
 socket-buffer = 1048576
+queue-delay-target-us = 0
+queue-delay-interval-us = 20000
 reorder-hold-us = 500
 pool-packets = 1024
 tunnel-mtu = 1400
@@ -41,6 +43,8 @@ stats-interval = 10
   EXPECT_EQ(c.crypto_backend, "openssl");
   EXPECT_TRUE(c.pin_workers);
   EXPECT_EQ(c.socket_buffer_bytes, 1048576u);
+  EXPECT_EQ(c.queue_delay_target.count(), 0) << "0 turns the gate off";
+  EXPECT_EQ(c.queue_delay_interval.count(), 20000);
   EXPECT_EQ(c.reorder_hold.count(), 500);
   EXPECT_EQ(c.pool_packets, 1024u);
   EXPECT_EQ(*c.tunnel_mtu, 1400u);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 namespace espgw::io {
@@ -98,7 +100,14 @@ class Sender {
 struct Received {
   std::vector<Bytes> datagrams;
   std::vector<uint16_t> peer_ports;
+  std::vector<uint64_t> arrivals_ns;
 };
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 // Receives until `expected` datagrams came or `patience` passed, `slots` buffers per call
 // (fewer than a coalesced run holds, to make runs straddle calls).
@@ -118,6 +127,7 @@ Received receive(WanSocket& socket, size_t expected, size_t slots, size_t capaci
     for (int i = 0; i < n; ++i) {
       const auto bytes = batch[i].buffer->bytes();
       result.datagrams.emplace_back(bytes.begin(), bytes.end());
+      result.arrivals_ns.push_back(batch[i].arrival_ns);
       const auto& peer = batch[i].peer;
       result.peer_ports.push_back(
           peer.ss_family == AF_INET6
@@ -230,6 +240,28 @@ TEST_P(WanSocketGro, DatagramsLargerThanAPacketBufferAreCountedAndDropped) {
   EXPECT_EQ(got.datagrams[3], payload(32, 100));
   EXPECT_EQ(got.datagrams[4], small_after);
   EXPECT_EQ(socket_->stats().oversize, 4u);
+}
+
+TEST_P(WanSocketGro, EveryDatagramCarriesTheTimeTheKernelReceivedIt) {
+  // What the reader's queue management measures: how long each datagram waited in the
+  // socket. Singles and the datagrams split out of a coalesced run alike carry the
+  // kernel's receive time, and a datagram left 30 ms in the queue shows 30 ms of waiting.
+  const uint64_t before = realtime_ns();
+  sender_->send_one(payload(1, 200));
+  const auto run = make_run(10, 20, 1000, 400);
+  sender_->send_segmented(run);
+  sender_->send_one(payload(2, 200));
+  const uint64_t sent = realtime_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const auto got = receive(*socket_, run.size() + 2, 8);
+  const uint64_t after = realtime_ns();
+  ASSERT_EQ(got.datagrams.size(), run.size() + 2);
+  for (size_t i = 0; i < got.arrivals_ns.size(); ++i) {
+    SCOPED_TRACE("datagram " + std::to_string(i));
+    EXPECT_GE(got.arrivals_ns[i], before);
+    EXPECT_LE(got.arrivals_ns[i], sent);
+    EXPECT_GE(after - got.arrivals_ns[i], 30'000'000u);
+  }
 }
 
 std::string family_name(const ::testing::TestParamInfo<const char*>& param) {
