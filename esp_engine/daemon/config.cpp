@@ -30,6 +30,14 @@ bool parse_number(std::string_view text, T& out, T min, T max) {
   return true;
 }
 
+bool parse_microseconds(std::string_view text, std::chrono::microseconds& out, unsigned min,
+                        unsigned max) {
+  unsigned us = 0;
+  if (!parse_number(text, us, min, max)) return false;
+  out = std::chrono::microseconds(us);
+  return true;
+}
+
 bool parse_bool(std::string_view text, bool& out) {
   if (text == "yes" || text == "true" || text == "1") return out = true, true;
   if (text == "no" || text == "false" || text == "0") return out = false, true;
@@ -140,22 +148,13 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       if (!parse_number<size_t>(value, config.socket_buffer_bytes, 65536, size_t{1} << 30))
         bad("a size in bytes from 65536 to 1073741824");
     } else if (key == "queue-delay-target-us") {
-      unsigned us = 0;
-      if (parse_number(value, us, 0u, 1000000u))
-        config.queue_delay_target = std::chrono::microseconds(us);
-      else
+      if (!parse_microseconds(value, config.queue_delay_target, 0, 1000000))
         bad("microseconds from 0 (off) to 1000000");
     } else if (key == "queue-delay-interval-us") {
-      unsigned us = 0;
-      if (parse_number(value, us, 100u, 10000000u))
-        config.queue_delay_interval = std::chrono::microseconds(us);
-      else
+      if (!parse_microseconds(value, config.queue_delay_interval, 100, 10000000))
         bad("microseconds from 100 to 10000000");
     } else if (key == "reorder-hold-us") {
-      unsigned us = 0;
-      if (parse_number(value, us, 1u, 1000000u))
-        config.reorder_hold = std::chrono::microseconds(us);
-      else
+      if (!parse_microseconds(value, config.reorder_hold, 1, 1000000))
         bad("microseconds from 1 to 1000000");
     } else if (key == "pool-packets") {
       if (!parse_number<size_t>(value, config.pool_packets, 256, 1 << 20))
