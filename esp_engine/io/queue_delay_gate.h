@@ -1,8 +1,8 @@
 // Active queue management for a receive queue whose depth this process cannot set in
 // time, only in bytes: the WAN socket's. Running to completion, the queue that builds
 // under TCP is the receiving gateway's socket buffer, and a buffer of N bytes holds N
-// bytes' worth of delay: sized for 0.8 ms at 7 Gbit/s, it held 1.5-1.8 ms on a host whose
-// crypto runs at half that rate. The kernel stamps each datagram on arrival
+// bytes' worth of delay: sized for 0.8 ms at 7 Gbit/s, it held 1.5-2.2 ms on a host whose
+// crypto ran at half that rate. The kernel stamps each datagram on arrival
 // (SO_TIMESTAMPNS), so the reader knows how long each one waited, and this gate applies
 // CoDel (RFC 8289) to that sojourn time: once the queue has stayed above `target` for a
 // whole `interval`, it drops one packet, then more often (interval / sqrt(drops)) until
@@ -26,7 +26,6 @@ class QueueDelayGate {
   // true if it should be dropped.
   bool should_drop(uint64_t sojourn_ns, uint64_t now_ns);
 
-  uint64_t target_ns() const { return target_ns_; }
   bool dropping() const { return dropping_; }
 
  private:
