@@ -14,6 +14,7 @@
 
 #include "daemon/gateway_entries.h"
 #include "daemon/log.h"
+#include "esp/ecn.h"
 #include "esp/esp_format.h"
 #include "esp/wire.h"
 #include "io/offload.h"
@@ -119,9 +120,16 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   TunSink(const io::TunDevice& tun, GatewayCounters& counters, const std::atomic<unsigned>& lan_mtu)
       : tun_(tun), counters_(counters), lan_mtu_(lan_mtu) {}
   void deliver(std::span<pipeline::Packet* const> packets) override {
+    // Packets the WAN reader's queue-delay gate picked: marked CE where the sender speaks
+    // ECN (it slows down without losing the packet), dropped where it does not.
     uint64_t queue_delay_drops = 0;
-    auto keep = [&](const pipeline::Packet* packet) {
+    uint64_t queue_delay_marks = 0;
+    auto keep = [&](pipeline::Packet* packet) {
       if (!packet->drop_at_delivery) return true;
+      if (esp::mark_congestion_experienced({packet->buffer.data(), packet->buffer.size()})) {
+        ++queue_delay_marks;
+        return true;
+      }
       ++queue_delay_drops;
       return false;
     };
@@ -129,7 +137,7 @@ class Gateway::TunSink final : public pipeline::PacketSink {
       for (pipeline::Packet* packet : packets)
         if (keep(packet) && !tun_.write(0, packet->buffer.bytes()))
           counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
-      count_queue_delay(queue_delay_drops);
+      count_queue_delay(queue_delay_drops, queue_delay_marks);
       return;
     }
     thread_local io::TcpCoalescer coalescer;
@@ -137,7 +145,7 @@ class Gateway::TunSink final : public pipeline::PacketSink {
     const uint64_t resegmented = coalescer.stats().resegmented;
     for (pipeline::Packet* packet : packets)
       if (keep(packet)) coalescer.add(packet->buffer.bytes());
-    count_queue_delay(queue_delay_drops);
+    count_queue_delay(queue_delay_drops, queue_delay_marks);
     auto write = [&](std::span<const uint8_t> frame) {
       if (!tun_.write(0, frame)) counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -148,8 +156,9 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   }
 
  private:
-  void count_queue_delay(uint64_t drops) {
+  void count_queue_delay(uint64_t drops, uint64_t marks) {
     if (drops != 0) counters_.queue_delay.fetch_add(drops, std::memory_order_relaxed);
+    if (marks != 0) counters_.queue_delay_marked.fetch_add(marks, std::memory_order_relaxed);
   }
 
   const io::TunDevice& tun_;
@@ -876,11 +885,12 @@ void Gateway::log_counters() const {
   log(LogLevel::info,
       "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
       "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu queue-delay=%llu; "
-      "tun-resegmented=%llu (not a drop: larger than lan-mtu %u)",
+      "queue-delay-ecn=%llu (not a drop: marked CE) tun-resegmented=%llu (not a drop: larger "
+      "than lan-mtu %u)",
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
       g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
-      g(counters_.tun_bad_offload), g(counters_.queue_delay), g(counters_.tun_resegmented),
-      lan_mtu_.load());
+      g(counters_.tun_bad_offload), g(counters_.queue_delay), g(counters_.queue_delay_marked),
+      g(counters_.tun_resegmented), lan_mtu_.load());
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();
     log(LogLevel::info,

@@ -43,6 +43,8 @@ struct GatewayCounters {
   std::atomic<uint64_t> tun_bad_offload{0};  // a TUN frame the segmenter refused
   // Decrypted, then dropped to keep the WAN receive queue short (QueueDelayGate).
   std::atomic<uint64_t> queue_delay{0};
+  // Not a drop: picked by the gate but ECN-capable, so marked CE and delivered.
+  std::atomic<uint64_t> queue_delay_marked{0};
   // Not a drop: TCP packets larger than the LAN's MTU written as GSO frames that fit it.
   std::atomic<uint64_t> tun_resegmented{0};
 };

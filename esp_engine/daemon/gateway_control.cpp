@@ -175,6 +175,8 @@ GatewayStatus Gateway::status(bool entries) const {
                           {"tun-bad-offload", g(counters_.tun_bad_offload)},
                           {"queue-delay", g(counters_.queue_delay)}};
   status.engine_drops = nonzero_drops(pipeline_->engine_counters());
+  // Not drops: packets the queue-delay gate picked but delivered, marked CE.
+  status.wan.emplace_back("queue-delay-ecn-marked", g(counters_.queue_delay_marked));
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();
     const std::string prefix = "udp" + std::to_string(i) + "-";

@@ -29,7 +29,8 @@ struct Packet {
   InboundChannel* inbound = nullptr;
   esp::PreparedEncap encap;
   // Inbound: its reader wants it dropped once it is authenticated and in order (queue
-  // management, io/QueueDelayGate); the pipeline carries it to the sink, which drops it.
+  // management, io/QueueDelayGate); the pipeline carries it to the sink, which drops it
+  // (or marks it CE if it is ECN-capable).
   // Dropping it there, not before decryption, leaves no gap in the SA's sequence for the
   // reorder buffer to wait on.
   bool drop_at_delivery = false;

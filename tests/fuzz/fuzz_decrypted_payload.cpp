@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "esp/checksum.h"
 #include "esp/decap.h"
+#include "esp/ecn.h"
 #include "esp/esp_format.h"
 #include "fuzz/fuzz_sas.h"
 #include "util/byte_order.h"
@@ -45,6 +47,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t version = packet.data()[0] >> 4;
     if (version != 4 && version != 6) abort();
     if (sa->counters().packets() != 1) abort();
+    // What the TUN sink does to a packet the queue-delay gate picked: mark it CE if it is
+    // ECN-capable. Only the ECN bits (and the IPv4 checksum) may change, a valid IPv4
+    // checksum must stay valid, and a packet it refuses must stay as it was.
+    const std::vector<uint8_t> before(packet.data(), packet.data() + packet.size());
+    const bool ipv4 = version == 4;
+    const size_t header_length = (before[0] & 0x0Fu) * 4;
+    auto header_checksum_verifies = [&](const uint8_t* header) {
+      return ipv4 && header_length >= 20 && header_length <= before.size() &&
+             esp::checksum_finish(esp::checksum_add(0, header, header_length)) == 0;
+    };
+    const bool checksum_was_valid = header_checksum_verifies(before.data());
+    const bool marked = esp::mark_congestion_experienced({packet.data(), packet.size()});
+    const uint8_t* after = packet.data();
+    for (size_t i = 0; i < before.size(); ++i) {
+      const bool may_change = marked && (i == 1 || (ipv4 && (i == 10 || i == 11)));
+      if (!may_change && after[i] != before[i]) abort();
+    }
+    if (marked) {
+      const uint8_t ecn = version == 4 ? after[1] & 3 : (after[1] >> 4) & 3;
+      if (ecn != 3) abort();
+    }
+    if (marked && checksum_was_valid && !header_checksum_verifies(after)) abort();
   } else if (sa->counters().total_drops() + engine.total_drops() != 1) {
     abort();  // every drop is counted exactly once
   }
