@@ -148,8 +148,13 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       if (!parse_number<size_t>(value, config.socket_buffer_bytes, 65536, size_t{1} << 30))
         bad("a size in bytes from 65536 to 1073741824");
     } else if (key == "queue-delay-target-us") {
-      if (!parse_microseconds(value, config.queue_delay_target, 0, 1000000))
-        bad("microseconds from 0 (off) to 1000000");
+      std::chrono::microseconds target{};
+      if (value == "auto")
+        config.queue_delay_target.reset();
+      else if (parse_microseconds(value, target, 0, 1000000))
+        config.queue_delay_target = target;
+      else
+        bad("auto, or microseconds from 0 (off) to 1000000");
     } else if (key == "queue-delay-interval-us") {
       if (!parse_microseconds(value, config.queue_delay_interval, 100, 10000000))
         bad("microseconds from 100 to 10000000");

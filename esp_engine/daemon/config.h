@@ -15,6 +15,8 @@
 
 namespace espgw::daemon {
 
+inline constexpr std::chrono::microseconds kAutoQueueDelayTarget{300};
+
 struct GatewayConfig {
   std::string tun_name = "espgw0";
   unsigned tun_queues = 1;
@@ -57,7 +59,12 @@ struct GatewayConfig {
   // `queue_delay_interval`. A target of 0 turns it off. Tuned for site-to-site links of
   // sub-millisecond RTT (docs/performance.md, "Queue delay"): with 500 us / 5 ms the
   // latency under load barely moved, with 300 us / 2 ms it halved at the same throughput.
-  std::chrono::microseconds queue_delay_target{300};
+  // Unset ("auto"): kAutoQueueDelayTarget when the readers run to completion, where the
+  // socket's queue is the one that stands under load; off with workers, where the
+  // readers only hand packets over and the pipeline's in-flight bound is the queue's
+  // limit (with the gate on there, a reader the host kept descheduling looked like a
+  // standing queue and TCP lost packets in the paced rekey test).
+  std::optional<std::chrono::microseconds> queue_delay_target;
   std::chrono::microseconds queue_delay_interval{2000};
   std::chrono::microseconds reorder_hold{1000};
   size_t pool_packets = 8192;

@@ -751,8 +751,10 @@ void Gateway::wan_reader(io::WanSocket* socket) {
   std::array<pipeline::Packet*, kWanBatch> packets{};
   std::array<io::Datagram, kWanBatch> datagrams{};
   size_t have = 0;
+  const auto target = config_.queue_delay_target.value_or(
+      config_.run_to_completion ? kAutoQueueDelayTarget : std::chrono::microseconds(0));
   io::QueueDelayGate gate(
-      static_cast<uint64_t>(std::chrono::nanoseconds(config_.queue_delay_target).count()),
+      static_cast<uint64_t>(std::chrono::nanoseconds(target).count()),
       static_cast<uint64_t>(std::chrono::nanoseconds(config_.queue_delay_interval).count()));
   pipeline_->hand_over_in_batches();  // a recvmmsg batch reaches a worker together
   while (running_.load(std::memory_order_relaxed)) {

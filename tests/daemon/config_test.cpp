@@ -43,7 +43,7 @@ stats-interval = 10
   EXPECT_EQ(c.crypto_backend, "openssl");
   EXPECT_TRUE(c.pin_workers);
   EXPECT_EQ(c.socket_buffer_bytes, 1048576u);
-  EXPECT_EQ(c.queue_delay_target.count(), 0) << "0 turns the gate off";
+  EXPECT_EQ(c.queue_delay_target->count(), 0) << "0 turns the gate off";
   EXPECT_EQ(c.queue_delay_interval.count(), 20000);
   EXPECT_EQ(c.reorder_hold.count(), 500);
   EXPECT_EQ(c.pool_packets, 1024u);
@@ -100,6 +100,20 @@ TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
   EXPECT_EQ(bad.errors[0],
             "gw.conf:3: 'workers': expected a number from 0 (one per CPU) to 1024, or inline, "
             "got 'lots'");
+}
+
+TEST(GatewayConfig, QueueDelayTargetIsAutoUnlessSet) {
+  const auto by_default = parse_with("");
+  ASSERT_TRUE(by_default.config);
+  EXPECT_FALSE(by_default.config->queue_delay_target) << "auto: decided by the workers mode";
+  const auto set = parse_with("queue-delay-target-us = 750\n");
+  ASSERT_TRUE(set.config);
+  EXPECT_EQ(set.config->queue_delay_target->count(), 750);
+  const auto back_to_auto =
+      parse_with("queue-delay-target-us = 750\nqueue-delay-target-us = auto\n");
+  ASSERT_TRUE(back_to_auto.config);
+  EXPECT_FALSE(back_to_auto.config->queue_delay_target);
+  EXPECT_FALSE(parse_with("queue-delay-target-us = soon\n").config);
 }
 
 TEST(GatewayConfig, JumboSegmentsAreOffAndTheLanMtuDerivedByDefault) {
