@@ -58,7 +58,8 @@ struct GatewayConfig {
   // counted as queue-delay) once the queue has stayed above `queue_delay_target` for
   // `queue_delay_interval`. A target of 0 turns it off. Tuned for site-to-site links of
   // sub-millisecond RTT (docs/performance.md, "Queue delay"): with 500 us / 5 ms the
-  // latency under load barely moved, with 300 us / 2 ms it halved at the same throughput.
+  // latency under load fell by about a quarter, with 300 us / 2 ms it halved, at the same
+  // throughput.
   // Unset ("auto"): kAutoQueueDelayTarget when the readers run to completion, where the
   // socket's queue is the one that stands under load; off with workers, where the
   // readers only hand packets over and the pipeline's in-flight bound is the queue's
