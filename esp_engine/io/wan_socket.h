@@ -30,7 +30,9 @@ struct Datagram {
   sockaddr_storage peer{};
   socklen_t peer_length = 0;
   // When the kernel received it (SO_TIMESTAMPNS, CLOCK_REALTIME ns); 0 if not reported.
-  // The reader's clock minus this is how long it waited in the socket's queue.
+  // The reader's clock minus this is how long it waited in the socket's queue. For a
+  // moment after the first socket asks, the kernel does not stamp yet and reports the
+  // time of the read instead: no waiting, which the queue-delay gate takes as no delay.
   uint64_t arrival_ns = 0;
 };
 

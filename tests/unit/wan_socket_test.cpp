@@ -246,6 +246,19 @@ TEST_P(WanSocketGro, EveryDatagramCarriesTheTimeTheKernelReceivedIt) {
   // What the reader's queue management measures: how long each datagram waited in the
   // socket. Singles and the datagrams split out of a coalesced run alike carry the
   // kernel's receive time, and a datagram left 30 ms in the queue shows 30 ms of waiting.
+  // The kernel turns arrival stamping on a moment after the first socket asks for it (a
+  // deferred static key); until then recvmsg reports the time of the read, which reads as
+  // no waiting. So first wait until a datagram held 5 ms shows it.
+  bool stamping = false;
+  for (int attempt = 0; attempt < 200 && !stamping; ++attempt) {
+    const uint64_t sent_probe = realtime_ns();
+    sender_->send_one(payload(0, 10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto probe = receive(*socket_, 1, 1);
+    ASSERT_EQ(probe.arrivals_ns.size(), 1u);
+    stamping = probe.arrivals_ns[0] <= sent_probe + 2'000'000;
+  }
+  ASSERT_TRUE(stamping) << "the kernel never stamped a datagram on arrival";
   const uint64_t before = realtime_ns();
   sender_->send_one(payload(1, 200));
   const auto run = make_run(10, 20, 1000, 400);
