@@ -7,6 +7,7 @@
 #include "vici_bridge/vici_server.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -203,6 +204,9 @@ void Server::State::wake() {
 }
 
 void Server::State::run() {
+  // Shown by top -H and ps -L next to espgw's readers and workers (util/thread_name.h,
+  // which this library does not link).
+  pthread_setname_np(pthread_self(), "vici-control");
   std::vector<pollfd> fds;
   while (!stopping.load(std::memory_order_acquire)) {
     fds.clear();

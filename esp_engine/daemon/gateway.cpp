@@ -20,6 +20,7 @@
 #include "io/offload.h"
 #include "io/queue_delay_gate.h"
 #include "util/byte_order.h"
+#include "util/thread_name.h"
 #include "xfrm/flow_key.h"
 #include "xfrm/lifetime.h"
 
@@ -297,15 +298,16 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
             io::WanKind::udp, config_.local_address, config_.udp_port, options));
       // The first UDP SA may come after start(): with a reload, or from charon.
       if (running_.load())
-        for (const auto& socket : udp_sockets_)
-          threads_.emplace_back([this, s = socket.get()] { wan_reader(s); });
+        for (size_t i = 0; i < udp_sockets_.size(); ++i)
+          threads_.emplace_back(
+              [this, s = udp_sockets_[i].get(), i] { wan_reader(s, "udp" + std::to_string(i)); });
     }
     return *udp_sockets_.front();
   }
   if (!raw_socket_) {
     raw_socket_ =
         std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0, options);
-    if (running_.load()) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
+    if (running_.load()) threads_.emplace_back([this] { wan_reader(raw_socket_.get(), "raw"); });
   }
   return *raw_socket_;
 }
@@ -636,9 +638,10 @@ void Gateway::start() {
       threads_.emplace_back([this, q] { tun_reader(q); });
   }
   // One reader per UDP socket: SO_REUSEPORT has already spread the peers over them.
-  for (const auto& socket : udp_sockets_)
-    threads_.emplace_back([this, s = socket.get()] { wan_reader(s); });
-  if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get()); });
+  for (size_t i = 0; i < udp_sockets_.size(); ++i)
+    threads_.emplace_back(
+        [this, s = udp_sockets_[i].get(), i] { wan_reader(s, "udp" + std::to_string(i)); });
+  if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get(), "raw"); });
   if (ike_socket_) threads_.emplace_back([this] { ike_reader(); });
 }
 
@@ -682,6 +685,7 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
 }
 
 void Gateway::tun_reader(unsigned queue) {
+  name_this_thread("tun-rx-" + std::to_string(queue));
   const int fd = tun_->fd(queue);
   pipeline_->hand_over_in_batches();  // completes after every read, as readers must
   while (running_.load(std::memory_order_relaxed)) {
@@ -709,6 +713,7 @@ void Gateway::tun_reader(unsigned queue) {
 }
 
 void Gateway::tun_reader_offload(unsigned queue) {
+  name_this_thread("tun-rx-" + std::to_string(queue));
   // A frame is a virtio-net header and up to 64 KB of packet: read it into a scratch
   // buffer, cut TCP super-packets into MSS-sized segments (completing checksums the
   // kernel left partial), and copy each segment into a pipeline packet.
@@ -747,7 +752,8 @@ void Gateway::tun_reader_offload(unsigned queue) {
   }
 }
 
-void Gateway::wan_reader(io::WanSocket* socket) {
+void Gateway::wan_reader(io::WanSocket* socket, std::string name) {
+  name_this_thread("wan-rx-" + name);
   std::array<pipeline::Packet*, kWanBatch> packets{};
   std::array<io::Datagram, kWanBatch> datagrams{};
   size_t have = 0;

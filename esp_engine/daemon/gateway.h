@@ -171,7 +171,8 @@ class Gateway {
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
   void tun_reader(unsigned queue);
-  void wan_reader(io::WanSocket* socket);
+  // `name`: the thread's name, as its socket appears in the stats ("udp0", "raw").
+  void wan_reader(io::WanSocket* socket, std::string name);
   void handle_outbound(pipeline::Packet* packet, const Forwarding& forwarding);
   void tun_reader_offload(unsigned queue);
 

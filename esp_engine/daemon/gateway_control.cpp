@@ -10,6 +10,7 @@
 #include "daemon/gateway_entries.h"
 #include "daemon/log.h"
 #include "esp/drop_reason.h"
+#include "util/thread_name.h"
 
 namespace espgw::daemon {
 
@@ -225,6 +226,7 @@ bool Gateway::send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t
 }
 
 void Gateway::ike_reader() {
+  name_this_thread("ike-rx");
   esp::PacketBuffer buffer(65536 + esp::PacketBuffer::kDefaultHeadroom);
   while (running_.load(std::memory_order_relaxed)) {
     io::Datagram datagram;

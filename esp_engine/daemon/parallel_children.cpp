@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "daemon/log.h"
+#include "util/thread_name.h"
 #include "vici_bridge/vici_client.h"
 
 namespace espgw::daemon {
@@ -91,6 +92,7 @@ bool ParallelChildren::reconcile() {
 }
 
 void ParallelChildren::run() {
+  name_this_thread("ecmp-children");
   std::optional<vici::Client> events;
   auto next_check = std::chrono::steady_clock::now();
   bool reported_down = false;

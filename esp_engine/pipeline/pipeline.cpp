@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <array>
 #include <stdexcept>
+#include <string>
 
 #include "util/futex.h"
+#include "util/thread_name.h"
 
 namespace espgw::pipeline {
 
@@ -501,6 +503,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
 }
 
 void Pipeline::worker_loop(unsigned index) {
+  name_this_thread("crypto-" + std::to_string(index));
   WorkerState& state = worker_state_[index];
   std::array<Packet*, kWorkerBatch> batch;
   int idle_spins = 0;
@@ -589,6 +592,7 @@ void Pipeline::timer_loop() {
   const auto tick = std::max(config_.reorder_hold / 4, std::chrono::microseconds(50));
   constexpr auto kReclaimPoll = std::chrono::milliseconds(20);
   std::vector<std::shared_ptr<InboundChannel>> due;
+  name_this_thread("reorder-timer");
   std::unique_lock lock(timer_mutex_);
   for (;;) {
     if (reclaimer_->waiting() != 0) {
