@@ -30,6 +30,13 @@ namespace {
 
 constexpr size_t kWanBatch = 32;
 constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
+// A TUN reader completes its batch (the crypto inline, or the hand-over to the workers)
+// when the device has nothing more to read, or after this many frames. A frame is one
+// packet unless the kernel coalesced a TCP super-packet, so completing after every frame
+// sent small packets (the ACKs of a transfer) one system call each; read back to back,
+// equal-sized ones leave in one UDP GSO send. The bound keeps the first frame's wait
+// for its crypto to a few reads.
+constexpr unsigned kTunFramesPerBatch = 16;
 // A datagram that seems to have waited longer was stamped before a clock step.
 constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
 
@@ -687,7 +694,8 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
 void Gateway::tun_reader(unsigned queue) {
   name_this_thread("tun-rx-" + std::to_string(queue));
   const int fd = tun_->fd(queue);
-  pipeline_->hand_over_in_batches();  // completes after every read, as readers must
+  pipeline_->hand_over_in_batches();  // completes before it waits, as readers must
+  unsigned frames = 0;                // read since the last completion
   while (running_.load(std::memory_order_relaxed)) {
     pipeline::Packet* packet = pipeline_->acquire();
     if (!packet) {  // backpressure: every packet is in flight
@@ -699,6 +707,11 @@ void Gateway::tun_reader(unsigned queue) {
         tun_->read(queue, packet->buffer.data(), packet->buffer.tailroom() - esp::encap_tailroom());
     if (n <= 0) {
       pipeline_->release(packet);
+      if (frames != 0) {
+        pipeline_->complete_submitted();
+        frames = 0;
+        continue;  // read once more before sleeping: the crypto took a while
+      }
       pollfd waiter{fd, POLLIN, 0};
       poll(&waiter, 1, kPollMs);
       continue;
@@ -708,7 +721,10 @@ void Gateway::tun_reader(unsigned queue) {
     // with the old one.
     const auto forwarding = forwarding_.load(std::memory_order_acquire);
     handle_outbound(packet, *forwarding);
-    pipeline_->complete_submitted();
+    if (++frames == kTunFramesPerBatch) {
+      pipeline_->complete_submitted();
+      frames = 0;
+    }
   }
 }
 
@@ -721,9 +737,15 @@ void Gateway::tun_reader_offload(unsigned queue) {
   pipeline_->hand_over_in_batches();  // a super-packet's segments reach a worker together
   io::TsoSegmenter segmenter;
   std::vector<uint8_t> frame(io::VnetHeader::kSize + 65536);
+  unsigned frames = 0;  // read since the last completion
   while (running_.load(std::memory_order_relaxed)) {
     const long n = tun_->read(queue, frame.data(), frame.size());
     if (n <= 0) {
+      if (frames != 0) {
+        pipeline_->complete_submitted();
+        frames = 0;
+        continue;  // read once more before sleeping: the crypto took a while
+      }
       pollfd waiter{fd, POLLIN, 0};
       poll(&waiter, 1, kPollMs);
       continue;
@@ -748,7 +770,10 @@ void Gateway::tun_reader_offload(unsigned queue) {
     const auto result = segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit);
     if (result != io::OffloadResult::ok && result != io::OffloadResult::stopped)
       counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
-    pipeline_->complete_submitted();
+    if (++frames == kTunFramesPerBatch) {
+      pipeline_->complete_submitted();
+      frames = 0;
+    }
   }
 }
 
