@@ -46,7 +46,8 @@
 #   BENCH_KEEP=1            keep the work directory (configs, logs, raw JSON)
 #   BENCH_PROFILE=1         profile the whole machine (perf record -a -g) during each path's
 #                           lanA→lanB -P4 run and save, next to the JSON, the share of CPU
-#                           per process and the hottest functions of the gateway processes
+#                           per thread name (espgw's threads are named by role: tun-rx-0,
+#                           wan-rx-udp0, crypto-N; docs/gateway.md) and the hottest functions
 #                           (BENCH_OUT with .json replaced by -profile.txt). perf costs
 #                           throughput: take the throughput figures from a run without it.
 #   ESPGW=path/to/espgw     default build/s2sbench/esp_engine/daemon/espgw, built if absent
@@ -702,9 +703,9 @@ if [[ -n ${BENCH_PROFILE:-} ]]; then
   for PATH_NAME in "${PATHS[@]}"; do
     data=$RESULTS/$PATH_NAME/perf.data
     [[ -f $data ]] || continue
-    echo "=== $PATH_NAME: CPU samples by process (lanA→lanB -P4, whole machine, $(nproc) CPUs) ==="
+    echo "=== $PATH_NAME: CPU samples by thread name (lanA→lanB -P4, whole machine, $(nproc) CPUs) ==="
     perf report -i "$data" --no-children --sort comm -g none --stdio --percent-limit 1 2>/dev/null | grep '%' || true
-    echo "=== $PATH_NAME: hottest functions (process, object, symbol) ==="
+    echo "=== $PATH_NAME: hottest functions (thread name, object, symbol) ==="
     perf report -i "$data" --no-children --sort comm,dso,sym -g none --stdio --percent-limit 0.7 2>/dev/null |
       grep '%' | head -30 || true
     echo
