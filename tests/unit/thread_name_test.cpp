@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "pipeline/pipeline.h"
@@ -33,24 +34,23 @@ std::set<std::string> thread_names_of_this_process() {
   return names;
 }
 
-TEST(ThreadName, NamesTheCallingThread) {
+// The name a new thread has after it asked for `requested`.
+std::string name_after_asking_for(std::string_view requested) {
   std::string seen;
   std::thread thread([&] {
-    name_this_thread("tun-rx-3");
+    name_this_thread(requested);
     seen = name_of(pthread_self());
   });
   thread.join();
-  EXPECT_EQ(seen, "tun-rx-3");
+  return seen;
+}
+
+TEST(ThreadName, NamesTheCallingThread) {
+  EXPECT_EQ(name_after_asking_for("tun-rx-3"), "tun-rx-3");
 }
 
 TEST(ThreadName, ALongNameIsCutToWhatLinuxKeeps) {
-  std::string seen;
-  std::thread thread([&] {
-    name_this_thread("a-name-longer-than-fifteen");
-    seen = name_of(pthread_self());
-  });
-  thread.join();
-  EXPECT_EQ(seen, "a-name-longer-t");
+  EXPECT_EQ(name_after_asking_for("a-name-longer-than-fifteen"), "a-name-longer-t");
 }
 
 TEST(ThreadName, PipelineWorkersAndTimerCarryTheirRoles) {
