@@ -37,6 +37,33 @@ constexpr int kPollMs = 100;  // how often idle readers look at the stop flag
 // equal-sized ones leave in one UDP GSO send. The bound keeps the first frame's wait
 // for its crypto to a few reads.
 constexpr unsigned kTunFramesPerBatch = 16;
+
+// The completion rule of a TUN reader's batch (kTunFramesPerBatch), shared by the plain
+// and the offload reader.
+class TunReadBatch {
+ public:
+  explicit TunReadBatch(pipeline::Pipeline& pipeline) : pipeline_(pipeline) {}
+  // A frame was read and its packets submitted.
+  void frame_read() {
+    if (++frames_ == kTunFramesPerBatch) complete();
+  }
+  // The device had nothing to read. True if that completed a batch: then read once more
+  // before sleeping (the crypto took a while); false: nothing was pending, sleep.
+  bool device_ran_dry() {
+    if (frames_ == 0) return false;
+    complete();
+    return true;
+  }
+
+ private:
+  void complete() {
+    pipeline_.complete_submitted();
+    frames_ = 0;
+  }
+
+  pipeline::Pipeline& pipeline_;
+  unsigned frames_ = 0;  // read since the last completion
+};
 // A datagram that seems to have waited longer was stamped before a clock step.
 constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
 
@@ -304,10 +331,7 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
         udp_sockets_.push_back(std::make_unique<io::WanSocket>(
             io::WanKind::udp, config_.local_address, config_.udp_port, options));
       // The first UDP SA may come after start(): with a reload, or from charon.
-      if (running_.load())
-        for (size_t i = 0; i < udp_sockets_.size(); ++i)
-          threads_.emplace_back(
-              [this, s = udp_sockets_[i].get(), i] { wan_reader(s, "udp" + std::to_string(i)); });
+      if (running_.load()) start_udp_readers();
     }
     return *udp_sockets_.front();
   }
@@ -644,10 +668,7 @@ void Gateway::start() {
     else
       threads_.emplace_back([this, q] { tun_reader(q); });
   }
-  // One reader per UDP socket: SO_REUSEPORT has already spread the peers over them.
-  for (size_t i = 0; i < udp_sockets_.size(); ++i)
-    threads_.emplace_back(
-        [this, s = udp_sockets_[i].get(), i] { wan_reader(s, "udp" + std::to_string(i)); });
+  start_udp_readers();
   if (raw_socket_) threads_.emplace_back([this] { wan_reader(raw_socket_.get(), "raw"); });
   if (ike_socket_) threads_.emplace_back([this] { ike_reader(); });
 }
@@ -691,11 +712,17 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
   pipeline_->submit_outbound(*channel, packet, esp::OuterHeaders::omit);
 }
 
+void Gateway::start_udp_readers() {
+  for (size_t i = 0; i < udp_sockets_.size(); ++i)
+    threads_.emplace_back(
+        [this, s = udp_sockets_[i].get(), i] { wan_reader(s, "udp" + std::to_string(i)); });
+}
+
 void Gateway::tun_reader(unsigned queue) {
   name_this_thread("tun-rx-" + std::to_string(queue));
   const int fd = tun_->fd(queue);
   pipeline_->hand_over_in_batches();  // completes before it waits, as readers must
-  unsigned frames = 0;                // read since the last completion
+  TunReadBatch batch(*pipeline_);
   while (running_.load(std::memory_order_relaxed)) {
     pipeline::Packet* packet = pipeline_->acquire();
     if (!packet) {  // backpressure: every packet is in flight
@@ -707,11 +734,7 @@ void Gateway::tun_reader(unsigned queue) {
         tun_->read(queue, packet->buffer.data(), packet->buffer.tailroom() - esp::encap_tailroom());
     if (n <= 0) {
       pipeline_->release(packet);
-      if (frames != 0) {
-        pipeline_->complete_submitted();
-        frames = 0;
-        continue;  // read once more before sleeping: the crypto took a while
-      }
+      if (batch.device_ran_dry()) continue;
       pollfd waiter{fd, POLLIN, 0};
       poll(&waiter, 1, kPollMs);
       continue;
@@ -721,10 +744,7 @@ void Gateway::tun_reader(unsigned queue) {
     // with the old one.
     const auto forwarding = forwarding_.load(std::memory_order_acquire);
     handle_outbound(packet, *forwarding);
-    if (++frames == kTunFramesPerBatch) {
-      pipeline_->complete_submitted();
-      frames = 0;
-    }
+    batch.frame_read();
   }
 }
 
@@ -737,15 +757,11 @@ void Gateway::tun_reader_offload(unsigned queue) {
   pipeline_->hand_over_in_batches();  // a super-packet's segments reach a worker together
   io::TsoSegmenter segmenter;
   std::vector<uint8_t> frame(io::VnetHeader::kSize + 65536);
-  unsigned frames = 0;  // read since the last completion
+  TunReadBatch batch(*pipeline_);
   while (running_.load(std::memory_order_relaxed)) {
     const long n = tun_->read(queue, frame.data(), frame.size());
     if (n <= 0) {
-      if (frames != 0) {
-        pipeline_->complete_submitted();
-        frames = 0;
-        continue;  // read once more before sleeping: the crypto took a while
-      }
+      if (batch.device_ran_dry()) continue;
       pollfd waiter{fd, POLLIN, 0};
       poll(&waiter, 1, kPollMs);
       continue;
@@ -770,10 +786,7 @@ void Gateway::tun_reader_offload(unsigned queue) {
     const auto result = segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit);
     if (result != io::OffloadResult::ok && result != io::OffloadResult::stopped)
       counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
-    if (++frames == kTunFramesPerBatch) {
-      pipeline_->complete_submitted();
-      frames = 0;
-    }
+    batch.frame_read();
   }
 }
 

@@ -170,6 +170,8 @@ class Gateway {
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
+  // One reader thread per UDP socket (SO_REUSEPORT has already spread the peers).
+  void start_udp_readers();
   void tun_reader(unsigned queue);
   // `name`: the thread's name, as its socket appears in the stats ("udp0", "raw").
   void wan_reader(io::WanSocket* socket, std::string name);
