@@ -112,6 +112,7 @@
 #include "pipeline/sa_group.h"
 #include "raw_ipsec_mb.h"
 #include "util/byte_order.h"
+#include "util/clock.h"
 
 namespace {
 
@@ -198,11 +199,7 @@ esp::SaConfig make_config(uint32_t sa_index) {
   return config;
 }
 
-uint64_t cpu_clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+using espgw::clock_ns;
 
 // ---------------------------------------------------------------------------------------
 // Raw ipsec-mb baseline.
@@ -596,8 +593,8 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
     });
 
   pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
-  const uint64_t cpu_start = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  const uint64_t feeder_cpu_start = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const uint64_t cpu_start = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  const uint64_t feeder_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   for (auto _ : state) {
     if (feeders > 1) step.arrive_and_wait();
     for (size_t b = 0; b < batches_per_iteration; ++b) feed_batch(*feeder_states[0]);
@@ -626,8 +623,8 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   const uint64_t fed = total_fed();
   uint64_t wait_ns = 0;
   for (const auto& f : feeder_states) wait_ns = std::max(wait_ns, f->wait_ns);
-  const uint64_t feeder_cpu_ns = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID) - feeder_cpu_start;
-  const uint64_t cpu_ns = cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+  const uint64_t feeder_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - feeder_cpu_start;
+  const uint64_t cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
 
   const uint64_t delivered = rig.totals.delivered.load();
   const uint64_t dropped = rig.dropped(feeder_drops());

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include "io/offload.h"
 #include "io/queue_delay_gate.h"
 #include "util/byte_order.h"
+#include "util/clock.h"
 #include "util/thread_name.h"
 #include "xfrm/flow_key.h"
 #include "xfrm/lifetime.h"
@@ -66,12 +66,6 @@ class TunReadBatch {
 };
 // A datagram that seems to have waited longer was stamped before a clock step.
 constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
-
-uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // The SA group slot an outbound SA fills (its member key for rendezvous hashing): the
 // IKE_SA for charon's SAs, so that a CHILD_SA rekey moves no flow; the SPI for static SAs,

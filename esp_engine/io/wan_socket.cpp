@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "esp/esp_format.h"
+#include "util/clock.h"
 
 namespace espgw::io {
 
@@ -184,8 +185,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
       } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
         timespec stamp;
         std::memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
-        datagrams[i].arrival_ns = static_cast<uint64_t>(stamp.tv_sec) * 1'000'000'000u +
-                                  static_cast<uint64_t>(stamp.tv_nsec);
+        datagrams[i].arrival_ns = to_ns(stamp);
       }
     }
     const size_t length = messages[i].msg_len;

@@ -1,11 +1,10 @@
 #include "pipeline/reorder_buffer.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <bit>
 
 #include "pipeline/packet.h"
+#include "util/clock.h"
 
 namespace espgw::pipeline {
 
@@ -30,9 +29,7 @@ void ReorderBuffer::make_room(uint64_t distance) {
 
 uint64_t LazyNow::get() {
   if (!known_) {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    value_ = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+    value_ = clock_ns(CLOCK_MONOTONIC);
     known_ = true;
   }
   return value_;

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "util/clock.h"
 
 namespace espgw::io {
 namespace {
@@ -104,9 +105,7 @@ struct Received {
 };
 
 uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  return clock_ns(CLOCK_REALTIME);
 }
 
 // Receives until `expected` datagrams came or `patience` passed, `slots` buffers per call
