@@ -41,27 +41,32 @@ std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member
   auto members = std::make_shared<Members>();
   // Positions + 1 must fit the entry's low bits. make_unique<T[]> value-initializes, and
   // a value-initialized std::atomic holds 0 (C++20): every entry starts empty.
-  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers)
-    members->choices = std::make_unique<std::atomic<uint64_t>[]>(kChoiceIndexMask + 1);
+  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers) {
+    // make_unique<T[]> value-initializes, and a value-initialized std::atomic holds 0
+    // (C++20): every entry starts empty.
+    members->choices = std::make_unique<ChoiceBucket[]>(kChoiceBuckets);
+  }
   members->list = std::move(list);
   return members;
 }
 
 const SaGroup::Member* SaGroup::choose(const Members& members, uint64_t flow_hash) {
   if (!members.choices) return score(members.list, flow_hash);
-  std::atomic<uint64_t>* bucket = &members.choices[flow_hash & kChoiceIndexMask & ~uint64_t{1}];
-  const uint64_t key = (flow_hash & ~kChoiceIndexMask) | (flow_hash & 1);
-  constexpr uint64_t kKeyBits = ~kChoiceIndexMask | 1;
-  uint64_t entries[2];
-  for (int way = 0; way < 2; ++way) {
-    entries[way] = bucket[way].load(std::memory_order_relaxed);
-    if (entries[way] != 0 && (entries[way] & kKeyBits) == key)
-      return &members.list[((entries[way] & kChoiceIndexMask) >> 1) - 1];
+  auto& bucket = members.choices[flow_hash & kChoiceBucketMask].ways;
+  const uint64_t key = flow_hash & ~kChoiceBucketMask;
+  size_t empty = kChoiceWays;
+  for (size_t way = 0; way < kChoiceWays; ++way) {
+    const uint64_t entry = bucket[way].load(std::memory_order_relaxed);
+    if (entry == 0) {
+      empty = way;  // entries fill from way 0 and are never cleared: none after this one
+      break;
+    }
+    if ((entry & ~kChoiceBucketMask) == key) return &members.list[(entry & kChoiceBucketMask) - 1];
   }
   const Member* best = score(members.list, flow_hash);
-  // An empty way if there is one, else the way a further hash bit picks.
-  const int way = entries[0] == 0 ? 0 : entries[1] == 0 ? 1 : static_cast<int>(flow_hash >> 12 & 1);
-  bucket[way].store(key | static_cast<uint64_t>(best - members.list.data() + 1) << 1,
+  // An empty way if there is one, else the way further hash bits pick.
+  const size_t way = empty != kChoiceWays ? empty : (flow_hash >> 9) % kChoiceWays;
+  bucket[way].store(key | static_cast<uint64_t>(best - members.list.data() + 1),
                     std::memory_order_relaxed);
   return best;
 }

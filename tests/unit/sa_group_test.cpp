@@ -156,12 +156,10 @@ TEST(SaGroup, LargeGroupsRememberExactlyTheRendezvousChoice) {
   std::mt19937_64 random(7);
   std::vector<uint64_t> flows(40000);
   for (auto& flow : flows) flow = random();
-  // Flows that share a bucket and replace each other there: the same low 12 bits, and the
-  // same bits 1-11 with bit 0 differing (which the entry itself must tell apart).
-  for (uint64_t i = 1; i <= 200; ++i) {
-    flows.push_back(i << 12 | 0x123);
-    flows.push_back(i << 12 | 0x122);
-  }
+  // Flows that share a bucket (the same bits 0-8) and replace each other there: 400
+  // flows for its 8 ways, differing from one another only in the bits the entry itself
+  // must tell apart (bit 9 up, the lowest ones included).
+  for (uint64_t i = 1; i <= 400; ++i) flows.push_back(i << 9 | 0x123);
   auto check = [&](const char* when) {
     int wrong = 0;
     for (const uint64_t flow : flows)
@@ -176,6 +174,22 @@ TEST(SaGroup, LargeGroupsRememberExactlyTheRendezvousChoice) {
   group.set_member(99, nullptr);
   keys.push_back(99);
   check("after a member joined");
+}
+
+TEST(SaGroup, GroupsTooLargeForTheTableStillPickTheRendezvousChoice) {
+  // Above 510 members a position no longer fits an entry: such a group scores every
+  // packet, and must give the same answers.
+  SaGroup group;
+  add_members(group, 600);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 600; ++k) keys.push_back(k);
+  std::mt19937_64 random(11);
+  int wrong = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t flow = random();
+    wrong += group.pick_key(flow) != rendezvous_choice(keys, flow);
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
