@@ -695,8 +695,14 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
   const auto group = forwarding.groups.find(policy->reqid);
   // This thread's snapshot of the group keeps the channel alive through the submit.
   pipeline::OutboundChannel* channel = nullptr;
+  pipeline::SaGroup::Superseded superseded;
   if (group != forwarding.groups.end())
-    channel = group->second->pick_for_packet(packet->buffer.bytes(), flow_seed_);
+    channel = group->second->pick_for_packet(packet->buffer.bytes(), flow_seed_, &superseded);
+  // The group changed since this reader's last packet to it (a CHILD_SA rekeyed, added or
+  // deleted): a flow may now take another SA than its packets still in flight, so those
+  // leave first. A TUN queue carries each flow, so this reader's packets are the ones
+  // that matter.
+  if (!superseded.channels.empty()) pipeline_->fence_outbound(superseded.channels);
   if (!channel) {
     counters_.no_sa.fetch_add(1, std::memory_order_relaxed);
     pipeline_->release(packet);
@@ -946,6 +952,12 @@ void Gateway::log_counters() const {
     log(LogLevel::info, "wan raw socket: kernel-drops=%u (receive buffer full) oversize=%llu",
         wan.kernel_drops, static_cast<unsigned long long>(wan.oversize));
   }
+  log(LogLevel::info,
+      "pipeline: fences=%llu fence-timeouts=%llu (readers waiting for a changed ECMP group's "
+      "packets in flight) pressure-flushes=%llu",
+      static_cast<unsigned long long>(pipeline_->fences()),
+      static_cast<unsigned long long>(pipeline_->fence_timeouts()),
+      static_cast<unsigned long long>(pipeline_->pressure_flushes()));
   const auto load = pipeline_->worker_load();
   for (size_t i = 0; i < load.size(); ++i)
     log(LogLevel::info, "worker %zu packets=%llu", i,

@@ -26,6 +26,12 @@ class OutboundChannel {
   PacketSink& sink() { return sink_; }
   size_t in_flight() const;
   size_t max_in_flight() const { return max_in_flight_; }
+  // The highest sequence number taken so far; every packet up to it has been delivered
+  // once delivered_through() says so (numbers are dense: sealing cannot fail).
+  uint64_t last_sequence() const { return sa_->last_sequence(); }
+  bool delivered_through(uint64_t sequence) const {
+    return first_sequence_ + release_.delivered() > sequence;
+  }
   // Highest sequence number a new packet may take without exceeding max_in_flight.
   uint64_t sequence_limit() const {
     return first_sequence_ + release_.delivered() + max_in_flight_ - 1;

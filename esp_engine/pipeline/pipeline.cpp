@@ -312,6 +312,32 @@ void Pipeline::complete_submitted() {
     hand_over(*slot);
 }
 
+void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
+  if (channels.empty()) return;
+  fences_.fetch_add(1, std::memory_order_relaxed);
+  // This thread's own packets first: until completed they wait for it.
+  complete_submitted();
+  // The numbers taken so far, this thread's packets among them. Other threads may take
+  // more meanwhile; their flows are not this thread's, so their packets need no wait.
+  // (A membership change is rare: the allocation does not matter.)
+  std::vector<uint64_t> targets(channels.size());
+  for (size_t i = 0; i < channels.size(); ++i) targets[i] = channels[i]->last_sequence();
+  const auto deadline = std::chrono::steady_clock::now() + config_.fence_limit;
+  for (;;) {
+    bool done = true;
+    for (size_t i = 0; i < channels.size() && done; ++i)
+      done = channels[i]->delivered_through(targets[i]);
+    if (done) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      fence_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // Without workers, or with workers on a busy core, the packets may be waiting for
+    // someone to process them: do it rather than spin.
+    if (!process_queued(false)) std::this_thread::yield();
+  }
+}
+
 bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   // A sink may submit (a loopback, a forwarder): never nest. The outer call, looping
   // until the queue is empty, takes what the sink submitted.

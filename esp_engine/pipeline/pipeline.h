@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,8 @@ struct PipelineConfig {
   // are still taken at submit, and the reorder buffers still release in order).
   // A submitting thread's packets wait in a batch of its own, not in the shared queue.
   bool run_to_completion = false;
+  // The longest a reader waits in fence_outbound() for a channel's packets in flight.
+  std::chrono::microseconds fence_limit{5000};
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
 };
@@ -119,6 +122,18 @@ class Pipeline {
   // thread that keeps complete_submitted()'s contract; a sink that submits must not.
   // Without workers every submitting thread already batches.
   void hand_over_in_batches();
+
+  // Waits until every packet submitted so far through `channels` has been delivered, so
+  // that a flow which moves to another channel cannot overtake its own packets: the
+  // packets of one channel leave in order, but two channels' packets do not wait for
+  // each other. A reader calls it when an ECMP group it picks from changed membership
+  // (SaGroup::Superseded: a member added, removed or rekeyed) before it submits through
+  // the new view. Completes this thread's batch first and helps with the work while it
+  // waits; gives up after the config's fence_limit (counted: fence_timeouts()), so a
+  // channel that stopped delivering cannot stall the reader.
+  void fence_outbound(std::span<OutboundChannel* const> channels);
+  uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
+  uint64_t fence_timeouts() const { return fence_timeouts_.load(std::memory_order_relaxed); }
 
   // Blocks until every submitted packet has been processed (tests, shutdown). Only
   // meaningful once the submitting threads have stopped; without workers it processes
@@ -197,6 +212,8 @@ class Pipeline {
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> wake_pending_{false};
   std::atomic<uint64_t> pressure_flushes_{0};
+  std::atomic<uint64_t> fences_{0};
+  std::atomic<uint64_t> fence_timeouts_{0};
   std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;

@@ -100,19 +100,32 @@ std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
   return members_;
 }
 
-const SaGroup::Members& SaGroup::snapshot() const {
+const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
   struct Cached {
     uint64_t generation = 0;
+    const SaGroup* group = nullptr;  // whose list this is: groups share cache entries
     std::shared_ptr<const Members> members;
   };
   thread_local std::array<Cached, 16> cache;
   Cached& slot = cache[(reinterpret_cast<uintptr_t>(this) >> 6) % cache.size()];
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (slot.generation != generation || !slot.members) {
+    // An entry that another group left here (the cache is shared by address) is not
+    // this group's earlier view. One that a dead group at this address left is handed
+    // over all the same: waiting for its channels is harmless. A thread that alternates
+    // between two groups sharing an entry sees no change at all (each pick reloads the
+    // list): then nothing is handed over.
+    if (superseded && slot.members && slot.group == this) {
+      superseded->channels.clear();
+      for (const Member& member : slot.members->list)
+        if (member.channel) superseded->channels.push_back(member.channel.get());
+      superseded->keep_alive = slot.members;
+    }
     // The list loaded here is at least as new as `generation`: tagging it so can only
     // make this thread load it again later, never keep an older list.
     slot.members = current();
     slot.generation = generation;
+    slot.group = this;
   }
   return *slot.members;
 }
@@ -122,8 +135,9 @@ std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {
   return member ? member->channel : nullptr;
 }
 
-OutboundChannel* SaGroup::pick_for_packet(std::span<const uint8_t> packet, uint64_t seed) const {
-  const Members& members = snapshot();
+OutboundChannel* SaGroup::pick_for_packet(std::span<const uint8_t> packet, uint64_t seed,
+                                          Superseded* superseded) const {
+  const Members& members = snapshot(superseded);
   if (members.list.size() == 1) return members.list.front().channel.get();
   const Member* member = choose(members, flow_hash(packet, seed));
   return member ? member->channel.get() : nullptr;

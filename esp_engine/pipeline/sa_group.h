@@ -56,11 +56,22 @@ class SaGroup {
   bool remove_member(uint64_t member_key, const OutboundChannel* channel);
   // The member for a flow, or nullptr when the group is empty.
   std::shared_ptr<OutboundChannel> pick(uint64_t flow_hash) const;
+  // A thread's previous view of the group, handed over when membership changed since its
+  // last pick: flows may now map to other channels than those it used, and the packets it
+  // submitted through them may still be in flight. `channels` stay valid while `keep_alive`
+  // is held. See Pipeline::fence_outbound.
+  struct Superseded {
+    std::shared_ptr<const void> keep_alive;
+    std::vector<OutboundChannel*> channels;
+  };
   // The member for an inner packet's flow (flow_hash with `seed`), hashing only when there
   // is a choice. The pointer is this thread's snapshot's: valid until the thread's next
   // snapshot of any group, which is enough to submit the packet (no reference count
-  // touched per packet).
-  OutboundChannel* pick_for_packet(std::span<const uint8_t> packet, uint64_t seed) const;
+  // touched per packet). When this thread's view of the group changed since its previous
+  // pick (a member added, removed or rekeyed) and `superseded` is given, it receives the
+  // previous view; otherwise it is left empty.
+  OutboundChannel* pick_for_packet(std::span<const uint8_t> packet, uint64_t seed,
+                                   Superseded* superseded = nullptr) const;
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
@@ -100,7 +111,9 @@ class SaGroup {
   static const Member* choose(const Members& members, uint64_t flow_hash);
   static const Member* score(const std::vector<Member>& list, uint64_t flow_hash);
   // This thread's snapshot of the members; valid until its next snapshot of any group.
-  const Members& snapshot() const;
+  // When it replaces an earlier snapshot of this group and `superseded` is given, the
+  // earlier one goes there.
+  const Members& snapshot(Superseded* superseded = nullptr) const;
   // Publishes a new member list (under lock_).
   void publish(std::shared_ptr<const Members> members);
   // Unique across all groups, so a group created where a dead one lived never matches

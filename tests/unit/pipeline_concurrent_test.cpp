@@ -536,6 +536,131 @@ TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
   }
 }
 
+// The order in which packets reach the wire across all of a group's channels: (SPI, ESP
+// sequence number) per packet, under one lock (the sink serves every channel at once).
+class WireOrderSink final : public PacketSink {
+ public:
+  void deliver(std::span<Packet* const> packets) override {
+    std::lock_guard guard(mutex_);
+    for (Packet* p : packets)
+      order_.emplace_back(load_be32(p->buffer.data()), load_be32(p->buffer.data() + 4));
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> order() {
+    std::lock_guard guard(mutex_);
+    return order_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<uint32_t, uint32_t>> order_;
+};
+
+// A reader keeps sending 64 flows through an ECMP group while members are rekeyed,
+// removed and added under it (each change moves flows to another SA). Every flow's
+// packets must reach the wire in the order it sent them, so the reader fences each
+// change it notices, as the gateway's TUN readers do: a moved flow's first packet on its
+// new SA must not overtake its packets still in flight on the old one.
+void run_flows_through_membership_changes(bool run_to_completion) {
+  constexpr uint32_t kFlows = 64;
+  constexpr int kChanges = 30;
+  constexpr int kMinPackets = 4000;
+  PipelineConfig config;
+  config.workers = run_to_completion ? 0 : 3;
+  config.run_to_completion = run_to_completion;
+  config.pool_packets = 2048;
+  config.max_in_flight_per_sa = 256;
+  config.before_crypto = random_delay;
+  config.fence_limit = std::chrono::seconds(60);  // the fence alone must keep the order
+  WireOrderSink wire;
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint32_t, uint32_t>> sent;  // -> flow, n
+  std::mutex sent_mutex;
+  uint64_t fences = 0, fence_timeouts = 0;
+  {
+    Pipeline pipeline(config);
+    SaGroup group(config.max_in_flight_per_sa);
+    std::vector<std::shared_ptr<OutboundChannel>> every_channel;  // alive to the end
+    uint32_t next_spi = 0x1000;
+    auto fresh_channel = [&] {
+      every_channel.push_back(gcm_outbound(pipeline, wire, next_spi++));
+      return every_channel.back();
+    };
+    for (uint64_t m = 1; m <= 4; ++m) group.set_member(m, fresh_channel());
+    std::atomic<bool> changes_done{false};
+    std::thread reader([&] {
+      if (!run_to_completion) pipeline.hand_over_in_batches();
+      std::vector<uint32_t> counter(kFlows, 0);
+      for (int i = 0; i < kMinPackets || !changes_done.load(); ++i) {
+        const uint32_t flow = static_cast<uint32_t>(i) % kFlows;
+        Packet* p = acquire_blocking(pipeline);
+        p->buffer.assign(tagged_packet(flow, ++counter[flow]));
+        SaGroup::Superseded superseded;
+        OutboundChannel* channel = group.pick_for_packet(p->buffer.bytes(), 42, &superseded);
+        if (!superseded.channels.empty()) pipeline.fence_outbound(superseded.channels);
+        // Wait rather than be refused as queue-full: every packet must reach the wire.
+        auto full = [&] {
+          const InFlightBudget* budget = channel->budget();
+          return channel->in_flight() >= channel->max_in_flight() ||
+                 (budget && budget->in_flight.load() >= budget->limit);
+        };
+        while (full()) {
+          pipeline.complete_submitted();
+          std::this_thread::yield();
+        }
+        const uint32_t spi = channel->sa().config().spi;
+        EXPECT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
+                  esp::DropReason::none);
+        {
+          // Only this thread submits: the channel's last number is this packet's.
+          std::lock_guard guard(sent_mutex);
+          sent[{spi, static_cast<uint32_t>(channel->last_sequence())}] = {flow, counter[flow]};
+        }
+        if (i % 16 == 15) pipeline.complete_submitted();
+      }
+      pipeline.complete_submitted();
+    });
+    std::mt19937 random(3);
+    uint64_t next_member = 5;
+    for (int change = 0; change < kChanges; ++change) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300 + random() % 700));
+      const auto keys = group.member_keys();
+      const uint64_t someone = keys[random() % keys.size()];
+      if (change % 3 == 0)
+        group.set_member(someone, fresh_channel());  // a rekey: all its flows move
+      else if (change % 3 == 1 && keys.size() > 2)
+        group.remove_member(someone);  // its flows spread over the others
+      else
+        group.set_member(next_member++, fresh_channel());  // it wins flows from all
+    }
+    changes_done.store(true);
+    reader.join();
+    pipeline.wait_idle();
+    fences = pipeline.fences();
+    fence_timeouts = pipeline.fence_timeouts();
+  }
+  EXPECT_GT(fences, 0u) << "the reader noticed the changes";
+  EXPECT_EQ(fence_timeouts, 0u);
+  const auto order = wire.order();
+  ASSERT_EQ(order.size(), sent.size()) << "every packet reached the wire once";
+  std::vector<uint32_t> last(kFlows, 0);
+  size_t overtaken = 0;
+  for (const auto& on_wire : order) {
+    const auto found = sent.find(on_wire);
+    ASSERT_NE(found, sent.end());
+    const auto [flow, n] = found->second;
+    if (n <= last[flow]) ++overtaken;
+    last[flow] = std::max(last[flow], n);
+  }
+  EXPECT_EQ(overtaken, 0u) << "packets overtaken by a later packet of their flow";
+}
+
+TEST(PipelineConcurrent, FlowsKeepTheirOrderWhileAnEcmpGroupChangesWithWorkers) {
+  run_flows_through_membership_changes(false);
+}
+
+TEST(PipelineConcurrent, FlowsKeepTheirOrderWhileAnEcmpGroupChangesRunToCompletion) {
+  run_flows_through_membership_changes(true);
+}
+
 TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   PipelineConfig config;
   config.workers = 2;
