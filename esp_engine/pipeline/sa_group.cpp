@@ -41,11 +41,8 @@ std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member
   auto members = std::make_shared<Members>();
   // Positions + 1 must fit the entry's low bits. make_unique<T[]> value-initializes, and
   // a value-initialized std::atomic holds 0 (C++20): every entry starts empty.
-  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers) {
-    // make_unique<T[]> value-initializes, and a value-initialized std::atomic holds 0
-    // (C++20): every entry starts empty.
+  if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers)
     members->choices = std::make_unique<ChoiceBucket[]>(kChoiceBuckets);
-  }
   members->list = std::move(list);
   return members;
 }

@@ -99,12 +99,12 @@ class SaGroup {
     std::vector<Member> list;
     // Choices made for this list, or null: 512 buckets of 8 entries, each bucket one
     // cache line, so a lookup reads one line and a flow is evicted only when 9 of the
-    // flows in use share its bucket (with two entries per bucket, 1024 flows in 2048
-    // buckets still found ~3% of packets' flows evicted, each rescored against every
-    // member). A flow's bucket is its hash's bits 0-8; an entry holds the hash's bits
-    // 9-63 and the member's position + 1 in bits 0-8, so that a hit means the whole hash
-    // matched; 0 is empty. Any thread may fill one: all would write the same value,
-    // since the choice depends only on this list and the hash.
+    // flows in use share its bucket (with 2048 buckets of two entries, about 9% of 1024
+    // random flows shared a bucket with two others and could evict each other, each miss
+    // scoring every member again). A flow's bucket is its hash's bits 0-8; an entry holds the
+    // hash's bits 9-63 and the member's position + 1 in bits 0-8, so that a hit means the whole
+    // hash matched; 0 is empty. Any thread may fill one: all would write the same value, since the
+    // choice depends only on this list and the hash.
     std::unique_ptr<ChoiceBucket[]> choices;
   };
   static std::shared_ptr<const Members> make_members(std::vector<Member> list);
