@@ -130,6 +130,7 @@ void print_stats(const Message& response) {
   print_counters(response, "gateway-drops", "gateway drops");
   print_counters(response, "engine-drops", "engine drops");
   print_counters(response, "wan", "wan sockets");
+  print_counters(response, "pipeline", "pipeline");
   print_counters(response, "control-socket", "control socket");
   std::vector<std::vector<std::string>> rows = {{"WORKER", "PACKETS", "SHARE"}};
   if (const Section* workers = response.section("workers")) {

@@ -396,6 +396,7 @@ vici::Message ControlService::stats() {
   add_counters(response, "gateway-drops", status.gateway_drops);
   add_counters(response, "engine-drops", status.engine_drops);
   add_counters(response, "wan", status.wan);
+  add_counters(response, "pipeline", status.pipeline);
   auto& workers = response.add_section("workers");
   for (size_t i = 0; i < status.worker_packets.size(); ++i)
     workers.set(std::to_string(i), status.worker_packets[i]);

@@ -401,7 +401,19 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   fresh->from_charon = from_charon;
   socket_for(entry.config);  // make sure the socket it arrives on exists
   fresh->sa = std::make_shared<esp::InboundSa>(entry.config, backend);
-  fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_);
+  // A rekey installs the new inbound SA while the old one still receives: the newest
+  // earlier SA of the same CHILD_SA (charon's slot) is its predecessor, whose packets in
+  // flight the new SA's first packets must not overtake. (A scan of integers, per
+  // install of a charon SA; static SAs have no slot.)
+  std::shared_ptr<pipeline::InboundChannel> predecessor;
+  const InboundEntry* newest = nullptr;
+  if (entry.group_slot != 0)
+    for (const auto& [other_key, other] : inbound_)
+      if (other->entry.reqid == entry.reqid && other->entry.group_slot == entry.group_slot &&
+          (!newest || other->lifetime.added_at >= newest->lifetime.added_at))
+        newest = other.get();
+  if (newest) predecessor = newest->channel;
+  fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_, predecessor);
   if (!fresh->channel) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
     return false;
@@ -953,8 +965,8 @@ void Gateway::log_counters() const {
         wan.kernel_drops, static_cast<unsigned long long>(wan.oversize));
   }
   log(LogLevel::info,
-      "pipeline: fences=%llu fence-timeouts=%llu (readers waiting for a changed ECMP group's "
-      "packets in flight) pressure-flushes=%llu",
+      "pipeline: fences=%llu fence-timeouts=%llu (readers waiting for the packets in flight "
+      "of a changed ECMP group or a rekeyed inbound SA's predecessor) pressure-flushes=%llu",
       static_cast<unsigned long long>(pipeline_->fences()),
       static_cast<unsigned long long>(pipeline_->fence_timeouts()),
       static_cast<unsigned long long>(pipeline_->pressure_flushes()));

@@ -191,6 +191,9 @@ GatewayStatus Gateway::status(bool entries) const {
     status.wan.emplace_back("raw-kernel-drops", wan.kernel_drops);
     status.wan.emplace_back("raw-oversize", wan.oversize);
   }
+  status.pipeline = {{"fences", pipeline_->fences()},
+                     {"fence-timeouts", pipeline_->fence_timeouts()},
+                     {"pressure-flushes", pipeline_->pressure_flushes()}};
   for (const auto& load : pipeline_->worker_load()) status.worker_packets.push_back(load.packets);
   return status;
 }

@@ -62,6 +62,9 @@ struct GatewayStatus {
   NamedCounters gateway_drops;
   NamedCounters engine_drops;
   NamedCounters wan;  // socket-level counters (kernel drops, GRO)
+  // Not drops: waits that keep flows in order across SAs (fences), and reorder gaps given
+  // up because the packet pool ran dry.
+  NamedCounters pipeline;
   std::vector<uint64_t> worker_packets;
 };
 

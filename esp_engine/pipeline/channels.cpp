@@ -28,10 +28,13 @@ size_t OutboundChannel::in_flight() const {
 }
 
 InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
-                               size_t reorder_capacity, uint64_t hold_ns)
+                               size_t reorder_capacity, uint64_t hold_ns,
+                               std::weak_ptr<InboundChannel> predecessor)
     : sa_(std::move(sa)),
       sink_(sink),
       // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
-      release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_) {}
+      release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_),
+      predecessor_(std::move(predecessor)),
+      awaiting_predecessor_(!predecessor_.expired()) {}
 
 }  // namespace espgw::pipeline

@@ -59,8 +59,13 @@ class OutboundChannel {
 // owning reference, from the packet's plain pointer.
 class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
  public:
+  // `predecessor`: the channel of the SA this one replaces (the same CHILD_SA, rekeyed),
+  // if any. The peer sends a flow's packets on the old SA, then on the new one; the first
+  // reader to submit a packet of this channel first lets what the predecessor has in
+  // flight leave (Pipeline::submit_inbound), so that the new SA's packets do not overtake
+  // the old one's.
   InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink, size_t reorder_capacity,
-                 uint64_t hold_ns);
+                 uint64_t hold_ns, std::weak_ptr<InboundChannel> predecessor = {});
 
   esp::InboundSa& sa() { return *sa_; }
   uint32_t spi() const { return sa_->config().spi; }
@@ -76,6 +81,9 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
   OrderedRelease release_;
   std::atomic<bool> timer_scheduled_{false};
   std::atomic<uint64_t> in_crypto_{0};  // submitted, not yet back from a worker
+  const std::weak_ptr<InboundChannel> predecessor_;
+  // Set while a predecessor may have packets in flight that no reader has waited for.
+  std::atomic<bool> awaiting_predecessor_;
 };
 
 }  // namespace espgw::pipeline

@@ -164,13 +164,14 @@ std::shared_ptr<OutboundChannel> Pipeline::make_outbound(std::shared_ptr<esp::Ou
                                           std::move(keep_alive)));
 }
 
-std::shared_ptr<InboundChannel> Pipeline::add_inbound(std::shared_ptr<esp::InboundSa> sa,
-                                                      PacketSink& sink) {
+std::shared_ptr<InboundChannel> Pipeline::add_inbound(
+    std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
+    const std::shared_ptr<InboundChannel>& predecessor) {
   const uint64_t hold_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(config_.reorder_hold).count());
-  auto channel =
-      reclaimed_by(std::weak_ptr(reclaimer_),
-                   new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns));
+  auto channel = reclaimed_by(
+      std::weak_ptr(reclaimer_),
+      new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns, predecessor));
   return inbound_.add(channel) ? channel : nullptr;
 }
 
@@ -338,6 +339,31 @@ void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
   }
 }
 
+void Pipeline::fence_inbound(InboundChannel& channel) {
+  if (const std::shared_ptr<InboundChannel> predecessor = channel.predecessor_.lock()) {
+    fences_.fetch_add(1, std::memory_order_relaxed);
+    // This thread's packets of the old SA first: until completed they wait for it.
+    complete_submitted();
+    const auto deadline = std::chrono::steady_clock::now() + config_.fence_limit;
+    bool quiet = true;
+    while (predecessor->packets_in_crypto() != 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        fence_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        quiet = false;
+        break;
+      }
+      if (!process_queued(false)) std::this_thread::yield();
+    }
+    // What the old SA holds now waits behind numbers that were lost: the peer sends an
+    // SA's packets in sequence order and one reader reads them, so every old packet sent
+    // before this new one has been read, and those sent after it have higher numbers.
+    // Their hold time would make the new SA's packets wait as long. Not after a timeout:
+    // then the numbers may still be in crypto.
+    if (quiet) predecessor->release().flush(predecessor->sink(), pool_);
+  }
+  channel.awaiting_predecessor_.store(false, std::memory_order_relaxed);
+}
+
 bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   // A sink may submit (a loopback, a forwarder): never nest. The outer call, looping
   // until the queue is empty, takes what the sink submitted.
@@ -422,6 +448,12 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
     pool_.release(packet);
     return reason;
   }
+  // Once per rekeyed SA, by the first reader to get one of its packets. The reference
+  // keeps the channel alive through the wait, in which this thread may look up others.
+  std::shared_ptr<InboundChannel> fenced;
+  if (channel->awaiting_predecessor_.load(std::memory_order_relaxed) &&
+      (fenced = channel->weak_from_this().lock()))
+    fence_inbound(*channel);
   packet->direction = Direction::inbound;
   channel->in_crypto_.fetch_add(1, std::memory_order_relaxed);
   packet->inbound = channel;

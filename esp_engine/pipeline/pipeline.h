@@ -97,7 +97,12 @@ class Pipeline {
                                                  PacketSink& sink,
                                                  std::shared_ptr<void> keep_alive = {});
   // Registers an inbound SA; its packets are found by SPI. Null if the SPI is taken.
-  std::shared_ptr<InboundChannel> add_inbound(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink);
+  // `predecessor`: the channel of the SA it replaces (a rekey of the same CHILD_SA); the
+  // first reader to submit a packet of the new SA waits until the predecessor's packets
+  // in flight have left (see InboundChannel).
+  std::shared_ptr<InboundChannel> add_inbound(
+      std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
+      const std::shared_ptr<InboundChannel>& predecessor = nullptr);
   // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
   bool remove_inbound(uint32_t spi);
   bool has_inbound(uint32_t spi) const { return inbound_.find(spi) != nullptr; }
@@ -123,6 +128,9 @@ class Pipeline {
   // Without workers every submitting thread already batches.
   void hand_over_in_batches();
 
+  // Inbound, the same for a rekeyed SA's channel and its predecessor happens inside
+  // submit_inbound, counted in the same fences() and fence_timeouts().
+  //
   // Waits until every packet submitted so far through `channels` has been delivered, so
   // that a flow which moves to another channel cannot overtake its own packets: the
   // packets of one channel leave in order, but two channels' packets do not wait for
@@ -169,6 +177,10 @@ class Pipeline {
   static constexpr size_t kSubmitterSlots = 64;
 
   void enqueue(Packet* packet);
+  // The first packet of a rekeyed SA's channel: completes this thread's batch, waits until
+  // the predecessor has nothing in crypto (bounded by fence_limit), then delivers what it
+  // holds behind gaps: the new SA's packets come after all of those.
+  void fence_inbound(InboundChannel& channel);
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
   // Moves a slot's packets into `batch`, returns how many.

@@ -218,6 +218,15 @@ for line in open(sys.argv[1]):
 print(totals["out"], totals["in"])' "$WORK/espgw-$1.log"
 }
 
+# How often a gateway's readers waited for packets in flight so that a flow did not
+# overtake itself when it changed SA (an outbound group changed, a rekeyed inbound SA's
+# first packet): docs/pipeline.md, "ECMP groups".
+pipeline_fences() {  # pipeline_fences SIDE
+  espgwctl_on "$1" --json status | /usr/bin/python3 -c '
+import json, sys
+print(int(json.load(sys.stdin)["stats"]["pipeline"]["fences"]))'
+}
+
 run_rekey() {
   bring_up aes128gcm16 yes "${REKEY_TIME:-20s}"
   local seconds=45
@@ -267,6 +276,10 @@ print(d["end"]["sum_sent"]["retransmits"], int(d["end"]["sum_sent"]["bytes"]))' 
   local drops_a drops_b
   drops_a=$(esp_drops a) drops_b=$(esp_drops b)
   check "no ESP drops on either gateway (gwA $drops_a, gwB $drops_b)" test "$drops_a" = 0 -a "$drops_b" = 0
+  local fences_a fences_b
+  fences_a=$(pipeline_fences a) fences_b=$(pipeline_fences b)
+  check "both gateways kept flows in order across the SA switches (fences: gwA ${fences_a:-?}, gwB ${fences_b:-?})" \
+    test "${fences_a:-0}" -gt 0 -a "${fences_b:-0}" -gt 0
   if [[ -n ${CHARON_TEST_DUMP:-} ]]; then
     for side in a b; do espgwctl_on "$side" --json status | sed "s/^/    gw$side: /"; done
     for ns in "$GWA" "$GWB"; do ip -n "$ns" -s link show espgw0 | sed "s/^/    $ns: /"; done

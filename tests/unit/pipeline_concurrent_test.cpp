@@ -661,6 +661,93 @@ TEST(PipelineConcurrent, FlowsKeepTheirOrderWhileAnEcmpGroupChangesRunToCompleti
   run_flows_through_membership_changes(true);
 }
 
+// Records the inner (stream, counter) of what several channels deliver, in delivery
+// order, under one lock.
+class FlowOrderSink final : public PacketSink {
+ public:
+  void deliver(std::span<Packet* const> packets) override {
+    std::lock_guard guard(mutex_);
+    for (Packet* p : packets)
+      order_.emplace_back(load_be32(p->buffer.data() + 28), load_be32(p->buffer.data() + 32));
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> order() {
+    std::lock_guard guard(mutex_);
+    return order_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<uint32_t, uint32_t>> order_;
+};
+
+// A peer rekeys nine times: each flow's packets come on one SA, then on its successor.
+// With workers, a batch of the new SA's packets could be decrypted and delivered while
+// the old SA's last batch is still in crypto. Each new channel names its predecessor, and
+// the reader's first packet of it waits for the old one's packets in flight.
+TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
+  constexpr uint32_t kFlows = 16, kSas = 10, kPacketsPerSa = 480;
+  PipelineConfig config;
+  config.workers = 3;
+  config.pool_packets = 2048;
+  config.reorder_capacity = 8192;
+  config.reorder_hold = std::chrono::seconds(30);  // the wire is lossless: never a gap
+  config.before_crypto = random_delay;
+  config.fence_limit = std::chrono::seconds(60);  // the fence alone must keep the order
+  FlowOrderSink lan;
+  std::vector<std::vector<uint8_t>> wire;
+  std::vector<uint32_t> counter(kFlows, 0);
+  std::vector<esp::SaConfig> configs;
+  for (uint32_t sa = 0; sa < kSas; ++sa) {
+    configs.push_back(
+        test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x600 + sa));
+    esp::OutboundSa sender(configs.back(), crypto::ipsec_mb_backend());
+    for (uint32_t i = 0; i < kPacketsPerSa; ++i) {
+      const uint32_t flow = i % kFlows;
+      esp::PacketBuffer buffer;
+      buffer.assign(tagged_packet(flow, ++counter[flow]));
+      ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+    }
+  }
+  uint64_t fences = 0, fence_timeouts = 0;
+  {
+    Pipeline pipeline(config);
+    std::shared_ptr<InboundChannel> previous;
+    std::vector<std::shared_ptr<InboundChannel>> channels;
+    for (const auto& sa_config : configs) {
+      channels.push_back(pipeline.add_inbound(
+          std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), lan, previous));
+      previous = channels.back();
+    }
+    std::thread reader([&] {
+      pipeline.hand_over_in_batches();
+      for (size_t i = 0; i < wire.size(); ++i) {
+        Packet* p = acquire_blocking(pipeline);
+        p->buffer.assign(wire[i]);
+        EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
+        if (i % 16 == 15) pipeline.complete_submitted();
+      }
+      pipeline.complete_submitted();
+    });
+    reader.join();
+    pipeline.wait_idle();
+    fences = pipeline.fences();
+    fence_timeouts = pipeline.fence_timeouts();
+  }
+  EXPECT_EQ(fences, kSas - 1) << "one wait per rekeyed SA, at its first packet";
+  EXPECT_EQ(fence_timeouts, 0u);
+  const auto order = lan.order();
+  ASSERT_EQ(order.size(), wire.size());
+  std::vector<uint32_t> last(kFlows, 0);
+  size_t overtaken = 0;
+  for (const auto& [flow, n] : order) {
+    ASSERT_LT(flow, kFlows);
+    if (n <= last[flow]) ++overtaken;
+    last[flow] = std::max(last[flow], n);
+  }
+  EXPECT_EQ(overtaken, 0u) << "packets overtaken by a later packet of their flow";
+}
+
 TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   PipelineConfig config;
   config.workers = 2;
