@@ -536,14 +536,19 @@ TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
   }
 }
 
-// The order in which packets reach the wire across all of a group's channels: (SPI, ESP
-// sequence number) per packet, under one lock (the sink serves every channel at once).
-class WireOrderSink final : public PacketSink {
+// Two 32-bit fields of every packet that any of several channels delivers, in delivery
+// order, under one lock (a sink serving many channels is called concurrently): the SPI
+// and ESP sequence number of what reaches the wire, or the (stream, counter) tag of an
+// inner packet.
+class OrderSink final : public PacketSink {
  public:
+  static constexpr size_t kSpi = 0, kEspSequence = 4, kStream = 28, kCounter = 32;
+  OrderSink(size_t first, size_t second) : first_(first), second_(second) {}
   void deliver(std::span<Packet* const> packets) override {
     std::lock_guard guard(mutex_);
     for (Packet* p : packets)
-      order_.emplace_back(load_be32(p->buffer.data()), load_be32(p->buffer.data() + 4));
+      order_.emplace_back(load_be32(p->buffer.data() + first_),
+                          load_be32(p->buffer.data() + second_));
   }
   std::vector<std::pair<uint32_t, uint32_t>> order() {
     std::lock_guard guard(mutex_);
@@ -551,6 +556,7 @@ class WireOrderSink final : public PacketSink {
   }
 
  private:
+  const size_t first_, second_;
   std::mutex mutex_;
   std::vector<std::pair<uint32_t, uint32_t>> order_;
 };
@@ -571,7 +577,7 @@ void run_flows_through_membership_changes(bool run_to_completion) {
   config.max_in_flight_per_sa = 256;
   config.before_crypto = random_delay;
   config.fence_limit = std::chrono::seconds(60);  // the fence alone must keep the order
-  WireOrderSink wire;
+  OrderSink wire(OrderSink::kSpi, OrderSink::kEspSequence);
   std::map<std::pair<uint32_t, uint32_t>, std::pair<uint32_t, uint32_t>> sent;  // -> flow, n
   std::mutex sent_mutex;
   uint64_t fences = 0, fence_timeouts = 0;
@@ -661,25 +667,6 @@ TEST(PipelineConcurrent, FlowsKeepTheirOrderWhileAnEcmpGroupChangesRunToCompleti
   run_flows_through_membership_changes(true);
 }
 
-// Records the inner (stream, counter) of what several channels deliver, in delivery
-// order, under one lock.
-class FlowOrderSink final : public PacketSink {
- public:
-  void deliver(std::span<Packet* const> packets) override {
-    std::lock_guard guard(mutex_);
-    for (Packet* p : packets)
-      order_.emplace_back(load_be32(p->buffer.data() + 28), load_be32(p->buffer.data() + 32));
-  }
-  std::vector<std::pair<uint32_t, uint32_t>> order() {
-    std::lock_guard guard(mutex_);
-    return order_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::pair<uint32_t, uint32_t>> order_;
-};
-
 // A peer rekeys nine times: each flow's packets come on one SA, then on its successor.
 // With workers, a batch of the new SA's packets could be decrypted and delivered while
 // the old SA's last batch is still in crypto. Each new channel names its predecessor, and
@@ -693,7 +680,7 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
   config.reorder_hold = std::chrono::seconds(30);  // the wire is lossless: never a gap
   config.before_crypto = random_delay;
   config.fence_limit = std::chrono::seconds(60);  // the fence alone must keep the order
-  FlowOrderSink lan;
+  OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
   std::vector<std::vector<uint8_t>> wire;
   std::vector<uint32_t> counter(kFlows, 0);
   std::vector<esp::SaConfig> configs;

@@ -148,24 +148,38 @@ uint64_t rendezvous_choice(const std::vector<uint64_t>& keys, uint64_t flow) {
   return best;
 }
 
+// Members 1..n, and their keys as the rule above takes them.
+std::vector<uint64_t> add_members_and_keys(SaGroup& group, int members) {
+  add_members(group, members);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= static_cast<uint64_t>(members); ++k) keys.push_back(k);
+  return keys;
+}
+
+std::vector<uint64_t> random_flows(size_t count, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<uint64_t> flows(count);
+  for (auto& flow : flows) flow = random();
+  return flows;
+}
+
+// How many flows the group maps to another member than the rule does.
+int wrong_picks(const SaGroup& group, const std::vector<uint64_t>& keys,
+                const std::vector<uint64_t>& flows) {
+  int wrong = 0;
+  for (const uint64_t flow : flows) wrong += group.pick_key(flow) != rendezvous_choice(keys, flow);
+  return wrong;
+}
+
 TEST(SaGroup, LargeGroupsRememberExactlyTheRendezvousChoice) {
   SaGroup group;
-  add_members(group, 64);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 1; k <= 64; ++k) keys.push_back(k);
-  std::mt19937_64 random(7);
-  std::vector<uint64_t> flows(40000);
-  for (auto& flow : flows) flow = random();
+  std::vector<uint64_t> keys = add_members_and_keys(group, 64);
+  std::vector<uint64_t> flows = random_flows(40000, 7);
   // Flows that share a bucket (the same bits 0-8) and replace each other there: 400
   // flows for its 8 ways, differing from one another only in the bits the entry itself
   // must tell apart (bit 9 up, the lowest ones included).
   for (uint64_t i = 1; i <= 400; ++i) flows.push_back(i << 9 | 0x123);
-  auto check = [&](const char* when) {
-    int wrong = 0;
-    for (const uint64_t flow : flows)
-      wrong += group.pick_key(flow) != rendezvous_choice(keys, flow);
-    EXPECT_EQ(wrong, 0) << when;
-  };
+  auto check = [&](const char* when) { EXPECT_EQ(wrong_picks(group, keys, flows), 0) << when; };
   check("first picks (the table fills)");
   check("second picks (from the table)");
   ASSERT_TRUE(group.remove_member(17));
@@ -180,16 +194,8 @@ TEST(SaGroup, GroupsTooLargeForTheTableStillPickTheRendezvousChoice) {
   // Above 510 members a position no longer fits an entry: such a group scores every
   // packet, and must give the same answers.
   SaGroup group;
-  add_members(group, 600);
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 1; k <= 600; ++k) keys.push_back(k);
-  std::mt19937_64 random(11);
-  int wrong = 0;
-  for (int i = 0; i < 2000; ++i) {
-    const uint64_t flow = random();
-    wrong += group.pick_key(flow) != rendezvous_choice(keys, flow);
-  }
-  EXPECT_EQ(wrong, 0);
+  const std::vector<uint64_t> keys = add_members_and_keys(group, 600);
+  EXPECT_EQ(wrong_picks(group, keys, random_flows(2000, 11)), 0);
 }
 
 TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
