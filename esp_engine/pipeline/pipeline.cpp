@@ -313,53 +313,46 @@ void Pipeline::complete_submitted() {
     hand_over(*slot);
 }
 
-void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
-  if (channels.empty()) return;
+bool Pipeline::fence(const std::function<bool()>& done) {
   fences_.fetch_add(1, std::memory_order_relaxed);
   // This thread's own packets first: until completed they wait for it.
   complete_submitted();
-  // The numbers taken so far, this thread's packets among them. Other threads may take
-  // more meanwhile; their flows are not this thread's, so their packets need no wait.
-  // (A membership change is rare: the allocation does not matter.)
-  std::vector<uint64_t> targets(channels.size());
-  for (size_t i = 0; i < channels.size(); ++i) targets[i] = channels[i]->last_sequence();
   const auto deadline = std::chrono::steady_clock::now() + config_.fence_limit;
-  for (;;) {
-    bool done = true;
-    for (size_t i = 0; i < channels.size() && done; ++i)
-      done = channels[i]->delivered_through(targets[i]);
-    if (done) return;
+  while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       fence_timeouts_.fetch_add(1, std::memory_order_relaxed);
-      return;
+      return false;
     }
     // Without workers, or with workers on a busy core, the packets may be waiting for
     // someone to process them: do it rather than spin.
     if (!process_queued(false)) std::this_thread::yield();
   }
+  return true;
+}
+
+void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
+  if (channels.empty()) return;
+  // The numbers taken so far, this thread's packets among them. Other threads may take
+  // more meanwhile; their flows are not this thread's, so their packets need no wait.
+  // (A membership change is rare: the allocation does not matter.)
+  std::vector<uint64_t> targets(channels.size());
+  for (size_t i = 0; i < channels.size(); ++i) targets[i] = channels[i]->last_sequence();
+  fence([&] {
+    for (size_t i = 0; i < channels.size(); ++i)
+      if (!channels[i]->delivered_through(targets[i])) return false;
+    return true;
+  });
 }
 
 void Pipeline::fence_inbound(InboundChannel& channel) {
   if (const std::shared_ptr<InboundChannel> predecessor = channel.predecessor_.lock()) {
-    fences_.fetch_add(1, std::memory_order_relaxed);
-    // This thread's packets of the old SA first: until completed they wait for it.
-    complete_submitted();
-    const auto deadline = std::chrono::steady_clock::now() + config_.fence_limit;
-    bool quiet = true;
-    while (predecessor->packets_in_crypto() != 0) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        fence_timeouts_.fetch_add(1, std::memory_order_relaxed);
-        quiet = false;
-        break;
-      }
-      if (!process_queued(false)) std::this_thread::yield();
-    }
-    // What the old SA holds now waits behind numbers that were lost: the peer sends an
+    // What the old SA holds then waits behind numbers that were lost: the peer sends an
     // SA's packets in sequence order and one reader reads them, so every old packet sent
     // before this new one has been read, and those sent after it have higher numbers.
     // Their hold time would make the new SA's packets wait as long. Not after a timeout:
     // then the numbers may still be in crypto.
-    if (quiet) predecessor->release().flush(predecessor->sink(), pool_);
+    if (fence([&] { return predecessor->packets_in_crypto() == 0; }))
+      predecessor->release().flush(predecessor->sink(), pool_);
   }
   channel.awaiting_predecessor_.store(false, std::memory_order_relaxed);
 }

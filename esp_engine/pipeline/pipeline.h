@@ -181,6 +181,9 @@ class Pipeline {
   // the predecessor has nothing in crypto (bounded by fence_limit), then delivers what it
   // holds behind gaps: the new SA's packets come after all of those.
   void fence_inbound(InboundChannel& channel);
+  // Both fences: completes this thread's batch, then helps process (or yields) until
+  // `done` holds or fence_limit passes. Counts the fence, and a timeout (then false).
+  bool fence(const std::function<bool()>& done);
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
   // Moves a slot's packets into `batch`, returns how many.
