@@ -924,7 +924,7 @@ void Gateway::log_counters() const {
         entry->entry.config.spi, entry->entry.config.tunnel_destination.to_string().c_str(),
         static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
         entry->channel->in_flight());
-    log_drops("out", c);
+    log_drops("out", c.drop_counters());
   }
   for (const auto& [key, entry] : inbound_) {
     const auto& c = entry->sa->counters();
@@ -934,7 +934,7 @@ void Gateway::log_counters() const {
         static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
         static_cast<unsigned long long>(reorder.late),
         static_cast<unsigned long long>(reorder.skipped));
-    log_drops("in", c);
+    log_drops("in", c.drop_counters());
   }
   log_drops("engine", pipeline_->engine_counters());
   const auto g = [](const std::atomic<uint64_t>& v) {

@@ -127,7 +127,7 @@ GatewayStatus Gateway::status(bool entries) const {
     const auto& counters = entry.sa->counters();
     sa.packets = counters.packets();
     sa.bytes = counters.bytes();
-    sa.drops = nonzero_drops(counters);
+    sa.drops = nonzero_drops(counters.drop_counters());
     sa.idle_ms = idle_ms(entry.lifetime, now);
     sa.lifetime = lifetime_name(entry.lifetime.reported);
     sa.age_seconds = static_cast<uint64_t>(

@@ -33,7 +33,10 @@ class DropCounters {
 // lock (the outbound sequence lock, the inbound replay-window commit lock), which counts
 // inside that critical section. A plain load + store then suffices, saving two locked
 // instructions per packet; readers still see whole values because the fields are atomic.
-class SaCounters : public DropCounters {
+// The packet and byte totals come first: an SA places its counters right after the fields
+// its lock guards, so that the one cache line a packet's commit writes holds them too (the
+// drop counters behind them are written only for drops).
+class SaCounters {
  public:
   // Only while holding the SA's lock.
   void count_packet_locked(uint64_t inner_bytes) {
@@ -43,9 +46,15 @@ class SaCounters : public DropCounters {
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
+  void count(DropReason reason) { drops_.count(reason); }
+  uint64_t drops(DropReason reason) const { return drops_.drops(reason); }
+  uint64_t total_drops() const { return drops_.total_drops(); }
+  const DropCounters& drop_counters() const { return drops_; }
+
  private:
   std::atomic<uint64_t> packets_{0};
   std::atomic<uint64_t> bytes_{0};
+  DropCounters drops_;
 };
 
 // Drops that happen before an SA is known (unparseable outer header, unknown SPI).

@@ -30,21 +30,24 @@ struct TrafficSelector {
   IpPrefix local;   // inner destination
 };
 
+// The fields the outbound path reads for every packet (SPI, ESN, outer addresses, UDP
+// ports) come first and share one cache line; the key material (wiped once expanded) and
+// the selector list (read after decryption, next to the SA's crypto state) come last.
 struct SaConfig {
   uint32_t spi = 0;
   crypto::AeadAlgorithm algorithm = crypto::AeadAlgorithm::aes_gcm_128;
-  // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
-  // once SaCrypto has expanded it: their config() has none.
-  std::vector<uint8_t> key_material;
   bool esn = false;
-  // Outer header addresses: source = the sender of this SA's packets.
-  IpAddress tunnel_source;
-  IpAddress tunnel_destination;
-  std::optional<UdpEncapsulation> udp_encapsulation;
   // Inbound only; 0 disables anti-replay. Wide by default: a worker preempted for a few ms
   // falls behind its peers by thousands of packets at 400k packets/s, and its packets
   // must still be inside the window when it commits them.
   uint32_t replay_window = 4096;
+  std::optional<UdpEncapsulation> udp_encapsulation;
+  // Outer header addresses: source = the sender of this SA's packets.
+  IpAddress tunnel_source;
+  IpAddress tunnel_destination;
+  // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
+  // once SaCrypto has expanded it: their config() has none.
+  std::vector<uint8_t> key_material;
   std::vector<TrafficSelector> selectors;  // inbound only; empty accepts any inner packet
 };
 
@@ -104,8 +107,11 @@ class OutboundSa {
   void set_next_sequence(uint64_t next);
 
  private:
+  // Read by every packet: the config's first line (SPI, outer addresses) and crypto_.
   SaConfig config_;
   SaCrypto crypto_;
+  // Written by every packet, on a line of their own: the lock, the counter and the packet
+  // and byte totals counted under the lock (SaCounters puts them first).
   alignas(64) SpinLock sequence_lock_;
   // Written under sequence_lock_; 0 means exhausted (0 is never a valid number).
   std::atomic<uint64_t> next_sequence_{1};
@@ -113,7 +119,7 @@ class OutboundSa {
   SaCounters counters_;
 };
 
-class InboundSa {
+class alignas(64) InboundSa {
  public:
   InboundSa(const SaConfig& config, const crypto::CryptoBackend& backend);
 
@@ -128,6 +134,9 @@ class InboundSa {
   bool selectors_allow(const IpAddress& inner_source, const IpAddress& inner_destination) const;
 
  private:
+  // Per packet: the selector list at the config's end and crypto_ share a line; the
+  // replay window's lock and edge and the packet and byte totals counted under that lock
+  // (SaCounters puts them first) share the next.
   SaConfig config_;
   SaCrypto crypto_;
   ReplayWindow replay_window_;

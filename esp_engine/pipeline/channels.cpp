@@ -7,10 +7,10 @@ namespace espgw::pipeline {
 OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink& sink,
                                  size_t max_in_flight, std::shared_ptr<void> keep_alive)
     : sa_(std::move(sa)),
-      keep_alive_(std::move(keep_alive)),
       sink_(sink),
       max_in_flight_(max_in_flight),
       first_sequence_(sa_->last_sequence() + 1),
+      keep_alive_(std::move(keep_alive)),
       // Every number in flight is sure to complete (sealing cannot fail), so gaps are
       // never given up on.
       release_(max_in_flight, /*hold_ns=*/0, first_sequence_) {}
@@ -32,9 +32,10 @@ InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& s
                                std::weak_ptr<InboundChannel> predecessor)
     : sa_(std::move(sa)),
       sink_(sink),
-      // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
-      release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_),
+      // Read before predecessor_ takes the pointer over (declared after it).
+      awaiting_predecessor_(!predecessor.expired()),
       predecessor_(std::move(predecessor)),
-      awaiting_predecessor_(!predecessor_.expired()) {}
+      // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
+      release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_) {}
 
 }  // namespace espgw::pipeline

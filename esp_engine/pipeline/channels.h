@@ -44,14 +44,15 @@ class OutboundChannel {
 
  private:
   friend class Pipeline;
+  // What every packet reads first (one cache line), the release state on the next ones.
   std::shared_ptr<esp::OutboundSa> sa_;
-  std::shared_ptr<InFlightBudget> budget_;
-  std::shared_ptr<void> keep_alive_;
   PacketSink& sink_;
   const size_t max_in_flight_;
   // Packets are released by sequence number, which the SA hands out in order under its
   // own lock, so the channel needs no lock of its own. The first number is fixed here.
   const uint64_t first_sequence_;
+  std::shared_ptr<InFlightBudget> budget_;
+  std::shared_ptr<void> keep_alive_;
   OrderedRelease release_;
 };
 
@@ -76,14 +77,15 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
 
  private:
   friend class Pipeline;
+  // What every packet reads first (one cache line), the release state on the next ones.
   std::shared_ptr<esp::InboundSa> sa_;
   PacketSink& sink_;
-  OrderedRelease release_;
-  std::atomic<bool> timer_scheduled_{false};
   std::atomic<uint64_t> in_crypto_{0};  // submitted, not yet back from a worker
-  const std::weak_ptr<InboundChannel> predecessor_;
+  std::atomic<bool> timer_scheduled_{false};
   // Set while a predecessor may have packets in flight that no reader has waited for.
   std::atomic<bool> awaiting_predecessor_;
+  const std::weak_ptr<InboundChannel> predecessor_;
+  OrderedRelease release_;
 };
 
 }  // namespace espgw::pipeline

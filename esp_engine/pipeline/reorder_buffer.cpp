@@ -9,9 +9,9 @@
 namespace espgw::pipeline {
 
 ReorderBuffer::ReorderBuffer(size_t capacity, uint64_t hold_ns, uint64_t first_index)
-    : mask_(std::bit_ceil(capacity < 2 ? size_t{2} : capacity) - 1),
-      hold_ns_(hold_ns),
-      next_(first_index) {}
+    : next_(first_index),
+      mask_(std::bit_ceil(capacity < 2 ? size_t{2} : capacity) - 1),
+      hold_ns_(hold_ns) {}
 
 void ReorderBuffer::make_room(uint64_t distance) {
   const size_t size = slots_ ? slot_mask_ + 1 : 0;
@@ -52,7 +52,7 @@ void ReorderBuffer::pop_in_order(std::vector<Packet*>& out) {
     if (slot == nullptr) return;
     if (slot != tombstone()) {
       out.push_back(slot);
-      ++stats_.released;
+      ++released_;
     }
     slot = nullptr;
     --held_;
@@ -64,7 +64,7 @@ void ReorderBuffer::advance_to(uint64_t index, std::vector<Packet*>& out) {
   // Everything below `index` leaves now: held packets in order, missing ones skipped.
   while (next_ < index) {
     if (held_ == 0) {
-      stats_.skipped += index - next_;
+      rare_.skipped += index - next_;
       next_ = index;
       return;
     }
@@ -72,12 +72,12 @@ void ReorderBuffer::advance_to(uint64_t index, std::vector<Packet*>& out) {
     if (slot != nullptr) {
       if (slot != tombstone()) {
         out.push_back(slot);
-        ++stats_.released;
+        ++released_;
       }
       slot = nullptr;
       --held_;
     } else {
-      ++stats_.skipped;
+      ++rare_.skipped;
     }
     ++next_;
   }
@@ -88,19 +88,19 @@ void ReorderBuffer::insert(uint64_t index, Packet* packet, LazyNow& now,
   if (index < next_) {
     if (packet) {
       out.push_back(packet);
-      ++stats_.late;
+      ++rare_.late;
     }
     return;
   }
   if (index - next_ > mask_) {
-    ++stats_.overflows;
+    ++rare_.overflows;
     advance_to(index - mask_, out);
   }
   if (index == next_ && held_ == 0) {
     // In order with nothing held (the common case): straight out, no slot touched.
     if (packet) {
       out.push_back(packet);
-      ++stats_.released;
+      ++released_;
     }
     ++next_;
     return;
@@ -113,7 +113,7 @@ void ReorderBuffer::insert(uint64_t index, Packet* packet, LazyNow& now,
     // newcomer rather than lose either.
     if (packet) {
       out.push_back(packet);
-      ++stats_.late;
+      ++rare_.late;
     }
     return;
   }
@@ -148,7 +148,7 @@ bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out, bool busy) 
     if (held_ == 0) return false;
     uint64_t resume_index = 0;
     if (!gap_expired(now, resume_index, busy)) return true;
-    ++stats_.hold_timeouts;
+    ++rare_.hold_timeouts;
     advance_to(resume_index, out);
   }
 }
@@ -157,7 +157,7 @@ void ReorderBuffer::flush(std::vector<Packet*>& out) {
   while (held_ > 0) {
     pop_in_order(out);
     if (held_ == 0) break;
-    ++stats_.skipped;
+    ++rare_.skipped;
     ++next_;
   }
 }

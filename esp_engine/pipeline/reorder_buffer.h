@@ -80,7 +80,11 @@ class ReorderBuffer {
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
   size_t ring_size() const { return slots_ ? slot_mask_ + 1 : 0; }  // slots allocated now
-  const ReorderStats& stats() const { return stats_; }
+  ReorderStats stats() const {
+    ReorderStats stats = rare_;
+    stats.released = released_;
+    return stats;
+  }
 
  private:
   // One pointer per slot keeps a buffer at 8 bytes per sequence number: nullptr is an
@@ -103,13 +107,17 @@ class ReorderBuffer {
   // `resume_index` is then the first held index after it.
   bool gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const;
 
-  size_t mask_;  // capacity - 1: how far ahead of the release point an index may be held
-  uint64_t hold_ns_;
+  // The fields an in-order packet touches come first (OrderedRelease places them on one
+  // cache line with its own); the hold time and the counters of gaps and late packets
+  // follow, read only when packets wait.
   uint64_t next_;
   size_t held_ = 0;  // slots_ exists whenever this is non-zero
-  std::unique_ptr<Slot[]> slots_;
+  size_t mask_;      // capacity - 1: how far ahead of the release point an index may be held
+  uint64_t released_ = 0;
   size_t slot_mask_ = 0;  // ring size - 1
-  ReorderStats stats_;
+  std::unique_ptr<Slot[]> slots_;
+  uint64_t hold_ns_;
+  ReorderStats rare_;  // all but `released`, which is released_
 };
 
 }  // namespace espgw::pipeline
