@@ -50,7 +50,12 @@ class TunReadBatch {
   // The device had nothing to read. True if that completed a batch: then read once more
   // before sleeping (the crypto took a while); false: nothing was pending, sleep.
   bool device_ran_dry() {
-    if (frames_ == 0) return false;
+    if (frames_ == 0) {
+      // About to sleep: SAs this reader's cached ECMP group views still hold after they
+      // were removed go now (their key schedules are wiped with them).
+      pipeline_.release_retired_group_views();
+      return false;
+    }
     complete();
     return true;
   }
@@ -59,10 +64,14 @@ class TunReadBatch {
   void complete() {
     pipeline_.complete_submitted();
     frames_ = 0;
+    // A reader that never runs dry still lets go of removed SAs, about every 1,000 frames.
+    if (++completions_ % kCompletionsPerViewSweep == 0) pipeline_.release_retired_group_views();
   }
 
+  static constexpr unsigned kCompletionsPerViewSweep = 64;
   pipeline::Pipeline& pipeline_;
   unsigned frames_ = 0;  // read since the last completion
+  unsigned completions_ = 0;
 };
 // A datagram that seems to have waited longer was stamped before a clock step.
 constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;

@@ -344,6 +344,15 @@ void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
   });
 }
 
+void Pipeline::release_retired_group_views() {
+  SaGroup::Superseded view;
+  while (SaGroup::take_retired_view(view)) {
+    // A pick of the group would have fenced on this view; it will not find it now.
+    fence_outbound(view.channels);
+    view = {};  // the last reference to a removed SA may go here
+  }
+}
+
 void Pipeline::fence_inbound(InboundChannel& channel) {
   if (const std::shared_ptr<InboundChannel> predecessor = channel.predecessor_.lock()) {
     // What the old SA holds then waits behind numbers that were lost: the peer sends an

@@ -140,6 +140,12 @@ class Pipeline {
   // waits; gives up after the config's fence_limit (counted: fence_timeouts()), so a
   // channel that stopped delivering cannot stall the reader.
   void fence_outbound(std::span<OutboundChannel* const> channels);
+  // Lets go of the calling thread's cached ECMP group views that a membership change or a
+  // deleted group retired (SaGroup::take_retired_view), each after fence_outbound() on its
+  // channels, so that a removed SA (and its key schedule) does not stay alive in a reader
+  // that stopped using its group. A reader calls it when it goes idle, and now and then.
+  // Cheap when nothing was retired: 16 loads.
+  void release_retired_group_views();
   uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
   uint64_t fence_timeouts() const { return fence_timeouts_.load(std::memory_order_relaxed); }
 

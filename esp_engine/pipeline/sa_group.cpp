@@ -86,7 +86,12 @@ uint64_t SaGroup::next_generation() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+SaGroup::~SaGroup() {
+  members_->retired.store(true, std::memory_order_release);
+}
+
 void SaGroup::publish(std::shared_ptr<const Members> members) {
+  members_->retired.store(true, std::memory_order_release);
   members_ = std::move(members);
   // After the list: a reader that sees the new generation then loads the new list.
   generation_.store(next_generation(), std::memory_order_release);
@@ -97,14 +102,20 @@ std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
   return members_;
 }
 
+std::array<SaGroup::CachedView, 16>& SaGroup::thread_views() {
+  thread_local std::array<CachedView, 16> views;
+  return views;
+}
+
+void SaGroup::hand_over(const CachedView& slot, Superseded& view) {
+  view.channels.clear();
+  for (const Member& member : slot.members->list)
+    if (member.channel) view.channels.push_back(member.channel.get());
+  view.keep_alive = slot.members;
+}
+
 const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
-  struct Cached {
-    uint64_t generation = 0;
-    const SaGroup* group = nullptr;  // whose list this is: groups share cache entries
-    std::shared_ptr<const Members> members;
-  };
-  thread_local std::array<Cached, 16> cache;
-  Cached& slot = cache[(reinterpret_cast<uintptr_t>(this) >> 6) % cache.size()];
+  CachedView& slot = thread_views()[(reinterpret_cast<uintptr_t>(this) >> 6) % 16];
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (slot.generation != generation || !slot.members) {
     // An entry that another group left here (the cache is shared by address) is not
@@ -112,12 +123,7 @@ const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
     // over all the same: waiting for its channels is harmless. A thread that alternates
     // between two groups sharing an entry sees no change at all (each pick reloads the
     // list): then nothing is handed over.
-    if (superseded && slot.members && slot.group == this) {
-      superseded->channels.clear();
-      for (const Member& member : slot.members->list)
-        if (member.channel) superseded->channels.push_back(member.channel.get());
-      superseded->keep_alive = slot.members;
-    }
+    if (superseded && slot.members && slot.group == this) hand_over(slot, *superseded);
     // The list loaded here is at least as new as `generation`: tagging it so can only
     // make this thread load it again later, never keep an older list.
     slot.members = current();
@@ -125,6 +131,16 @@ const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
     slot.group = this;
   }
   return *slot.members;
+}
+
+bool SaGroup::take_retired_view(Superseded& view) {
+  for (CachedView& slot : thread_views()) {
+    if (!slot.members || !slot.members->retired.load(std::memory_order_acquire)) continue;
+    hand_over(slot, view);
+    slot = {};
+    return true;
+  }
+  return false;
 }
 
 std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {

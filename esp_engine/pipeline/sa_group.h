@@ -46,6 +46,9 @@ class SaGroup {
   explicit SaGroup(uint64_t in_flight_limit = 0)
       : budget_(in_flight_limit ? std::make_shared<InFlightBudget>(in_flight_limit) : nullptr),
         generation_(next_generation()) {}
+  ~SaGroup();
+  SaGroup(const SaGroup&) = delete;
+  SaGroup& operator=(const SaGroup&) = delete;
 
   // Adds a member, or replaces the channel of an existing member (rekey). The channel
   // joins the group's in-flight budget; a channel belongs to one group.
@@ -72,6 +75,14 @@ class SaGroup {
   // previous view; otherwise it is left empty.
   OutboundChannel* pick_for_packet(std::span<const uint8_t> packet, uint64_t seed,
                                    Superseded* superseded = nullptr) const;
+  // Takes one of the calling thread's cached views that is no longer any group's current
+  // one (a member was added, removed or rekeyed since, or the group is gone) and returns
+  // true; false when none is left. A cached view keeps its channels, and so their SAs and
+  // key schedules, alive: without this, the SA of a group that this thread stopped using
+  // would stay in memory until another group took the cache slot. The caller makes the
+  // view's packets leave first (Pipeline::release_retired_group_views), as a pick would
+  // have: a later pick of the group then finds no earlier view to hand over.
+  static bool take_retired_view(Superseded& view);
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
@@ -106,7 +117,19 @@ class SaGroup {
     // hash matched; 0 is empty. Any thread may fill one: all would write the same value, since the
     // choice depends only on this list and the hash.
     std::unique_ptr<ChoiceBucket[]> choices;
+    // Set when a newer list replaces this one, or the group goes: threads' cached copies
+    // of it are then only kept for the ordering fence (take_retired_view).
+    mutable std::atomic<bool> retired{false};
   };
+  // A thread's copy of a group's list, tagged with the generation it was loaded at.
+  struct CachedView {
+    uint64_t generation = 0;
+    const SaGroup* group = nullptr;  // whose list this is: groups share cache entries
+    std::shared_ptr<const Members> members;
+  };
+  static std::array<CachedView, 16>& thread_views();
+  // Moves `slot`'s list into `view` (its channels and a reference keeping them alive).
+  static void hand_over(const CachedView& slot, Superseded& view);
   static std::shared_ptr<const Members> make_members(std::vector<Member> list);
   static const Member* choose(const Members& members, uint64_t flow_hash);
   static const Member* score(const std::vector<Member>& list, uint64_t flow_hash);

@@ -891,6 +891,75 @@ TEST(PipelineConcurrent, AnOutboundChannelDroppedWithPacketsInFlightOutlivesThem
   EXPECT_FALSE(sink.overlapped());
 }
 
+// A reader's cached view of an ECMP group holds the group's channels. When a member is
+// removed, or the whole group deleted, and the reader never picks from that group again,
+// the view must not keep the removed SA (and its key schedule) alive: the reader lets go
+// of retired views when it goes idle, after their packets left (a fence, as a pick
+// after the change would have done).
+TEST(PipelineConcurrent, ReadersLetGoOfRemovedEcmpMembersTheyNoLongerPick) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 256;
+  RecordingSink sink(false);
+  Pipeline pipeline(config);
+  // A reader of its own: its cache of group views starts empty.
+  std::thread reader([&] {
+    auto group = std::make_unique<SaGroup>();
+    auto doomed = std::make_unique<SaGroup>();
+    std::vector<std::weak_ptr<OutboundChannel>> removed;
+    auto channel_a = gcm_outbound(pipeline, sink, 0x700);
+    auto channel_b = gcm_outbound(pipeline, sink, 0x701);
+    auto channel_c = gcm_outbound(pipeline, sink, 0x702);
+    removed.push_back(channel_b);
+    removed.push_back(channel_c);
+    group->set_member(1, channel_a);
+    group->set_member(2, std::move(channel_b));
+    doomed->set_member(1, std::move(channel_c));
+    // Pick from both groups (the cache now holds their member lists) and send a few
+    // packets through what was picked.
+    uint32_t sent = 0;
+    for (const SaGroup* g : {group.get(), doomed.get()}) {
+      for (uint16_t port = 1; port <= 8; ++port) {
+        Packet* p = acquire_blocking(pipeline);
+        auto bytes = tagged_packet(0, ++sent);
+        store_be16(&bytes[20], port);  // another flow each time
+        ASSERT_TRUE(p->buffer.assign(bytes));
+        OutboundChannel* channel = g->pick_for_packet(p->buffer.bytes(), 42);
+        ASSERT_NE(channel, nullptr);
+        ASSERT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
+                  esp::DropReason::none);
+      }
+    }
+    ASSERT_TRUE(group->remove_member(2));
+    doomed.reset();
+    // Nothing else holds them now but this thread's cached views.
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    for (const auto& channel : removed) EXPECT_FALSE(channel.expired());
+
+    const uint64_t fences_before = pipeline.fences();
+    pipeline.release_retired_group_views();
+    EXPECT_EQ(pipeline.fences() - fences_before, 2u) << "one fence per retired view";
+    // The fences waited for the packets (up to the fence limit, which a slow sanitizer
+    // build may reach: then they still arrive).
+    ASSERT_TRUE(wait_for([&] { return sink.count() == sent; }, std::chrono::seconds(10)));
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return std::all_of(removed.begin(), removed.end(),
+                             [](const auto& channel) { return channel.expired(); });
+        },
+        std::chrono::seconds(10)));
+    // The live group's current view stays cached: no retired view is left, and the next
+    // pick hands nothing over (its fence already happened).
+    SaGroup::Superseded superseded;
+    EXPECT_FALSE(SaGroup::take_retired_view(superseded));
+    const auto bytes = tagged_packet(0, 1);
+    EXPECT_EQ(group->pick_for_packet(bytes, 42, &superseded), channel_a.get());
+    EXPECT_TRUE(superseded.channels.empty());
+  });
+  reader.join();
+  pipeline.wait_idle();
+}
+
 TEST(PipelineConcurrent, AnInboundChannelRemovedWithPacketsInFlightDeliversThemThenGoes) {
   constexpr uint32_t kPackets = 200;
   WorkerGate gate;
