@@ -27,6 +27,12 @@
 //                                    the inbound sink, so the timed region covers all work.
 //                                    S = 1 (a group of one SA) or 64 (a group of 64, 1024
 //                                    flows); W = 1..hardware_concurrency().
+//   pipeline/sas:S/inline_threads:N  N feeders at once, no workers, each running its own
+//                                    packets to completion over the whole group (so with
+//                                    one SA all share it)
+//   pipeline/sas:S/inline_threads:N/reader_per_sa
+//                                    the same, each feeder's flows spread over SAs of its
+//                                    own (S >= N): no SA is shared between threads
 //   handoff/cache_line_round_trip/{before,after}_pipeline
 //                                    one cache line bounced between two threads, before
 //                                    and after the pipeline cases: what a hand-off to a
@@ -476,8 +482,23 @@ struct alignas(64) Feeder {
 
 // `feeders` > 1: that many threads feed at once, each running its packets to completion
 // (no workers): the gateway's readers on a machine where they do the crypto themselves.
-void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, unsigned feeders) {
+// `reader_per_sa`: each feeder spreads its flows over SAs of its own (feeder f over the SAs
+// s with s % feeders == f) instead of over the whole group, so no two feeders share an SA:
+// what the gateway's WAN readers see inbound (one socket, so one reader, per peer), and
+// the bound for the case where they share (TUN readers outbound).
+void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, unsigned feeders,
+                    bool reader_per_sa) {
   Rig rig(workers, sas);
+  std::vector<std::unique_ptr<pl::SaGroup>> own_groups;
+  if (reader_per_sa)
+    for (unsigned f = 0; f < feeders; ++f) {
+      own_groups.push_back(std::make_unique<pl::SaGroup>());
+      for (uint32_t i = f; i < sas; i += feeders)
+        own_groups.back()->set_member(i + 1, rig.outbound[i]);
+    }
+  auto group_of = [&](unsigned feeder) -> const pl::SaGroup& {
+    return reader_per_sa ? *own_groups[feeder] : rig.group;
+  };
   pl::Pipeline& pipeline = *rig.pipeline;
   const std::vector<uint8_t> inner = make_inner_packet();
   // Keep a quarter of the pool for the loopback's ESP copies: the feeders' outbound packets
@@ -551,7 +572,8 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
           static_cast<uint16_t>(kSourcePortBase + feeder.index * flows_per_feeder + feeder.flow));
       feeder.flow = feeder.flow + 1 == flows_per_feeder ? 0 : feeder.flow + 1;
       // As the gateway classifies: the flow hash is computed when the group has a choice.
-      pl::OutboundChannel* channel = rig.group.pick_for_packet(packet->buffer.bytes(), kFlowSeed);
+      pl::OutboundChannel* channel =
+          group_of(feeder.index).pick_for_packet(packet->buffer.bytes(), kFlowSeed);
       // Per-SA backpressure: wait rather than have the packet dropped as queue-full (with
       // several feeders one may still be; it is counted like any drop).
       if (channel->in_flight() >= channel->max_in_flight()) {
@@ -758,9 +780,22 @@ std::string pipeline_name(uint32_t sas, unsigned workers) {
   return "pipeline/sas:" + std::to_string(sas) +
          (workers == 0 ? std::string("/inline") : "/workers:" + std::to_string(workers));
 }
-// Several feeders, each running its packets to completion.
-std::string inline_threads_name(uint32_t sas, unsigned threads) {
-  return "pipeline/sas:" + std::to_string(sas) + "/inline_threads:" + std::to_string(threads);
+// Several feeders, each running its packets to completion; `reader_per_sa`: on SAs of
+// their own.
+std::string inline_threads_name(uint32_t sas, unsigned threads, bool reader_per_sa = false) {
+  return "pipeline/sas:" + std::to_string(sas) + "/inline_threads:" + std::to_string(threads) +
+         (reader_per_sa ? "/reader_per_sa" : "");
+}
+
+// The several-feeder cases of a series: n feeders sharing the group's SAs for each n of
+// --pipeline_workers above 1, then, where there are SAs enough, n feeders on SAs of their
+// own.
+std::vector<std::pair<unsigned, bool>> inline_thread_cases(uint32_t sas) {
+  std::vector<std::pair<unsigned, bool>> cases;
+  for (const bool own : {false, true})
+    for (const unsigned n : g_workers)
+      if (n > 1 && n <= kMaxFeeders && (!own || sas >= n)) cases.emplace_back(n, own);
+  return cases;
 }
 
 using espgw::bench::CollectingReporter;
@@ -820,7 +855,10 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
          "packet to completion\n# itself; its of_raw compares with raw in one thread\n"
          "# inl xN = N feeders at once, each running its own packets to completion (the "
          "gateway's readers\n# without workers); scaling = Gbit/s(N) / (N * inline Gbit/s), "
-         "of_ceiling against raw in N threads\n";
+         "of_ceiling against raw in N threads\n"
+         "# own xN = the same, each feeder's flows over SAs of its own (feeder f: the SAs s with "
+         "s % N == f):\n# no SA shared between threads, as inbound where one WAN reader reads "
+         "each peer\n";
   out << "# NOTE: the feeder (the benchmark thread: copy + classify + submit) is a busy thread "
          "besides the W workers.\n# With W + 1 > "
       << cpus
@@ -868,10 +906,9 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
     // Readers running to completion: n threads each copy, classify, encrypt, loop back,
     // decrypt and deliver their own packets; scaling is against the single inline thread.
     const auto inline_gbps = r.value(pipeline_name(sas, 0), "Gbps");
-    for (const unsigned n : g_workers) {
-      if (n == 1) continue;
-      const std::string name = inline_threads_name(sas, n);
-      const std::string label = "inl x" + std::to_string(n);
+    for (const auto& [n, own] : inline_thread_cases(sas)) {
+      const std::string name = inline_threads_name(sas, n, own);
+      const std::string label = (own ? "own x" : "inl x") + std::to_string(n);
       if (const auto e = r.errors().find(name); e != r.errors().end()) {
         out << format("%7s ERROR: %s\n", label.c_str(), e->second.c_str());
         continue;
@@ -1002,15 +1039,14 @@ int main(int argc, char** argv) {
     std::vector<unsigned> cases = g_workers;
     cases.insert(cases.begin(), 0);  // run to completion: the feeder alone
     for (const unsigned w : cases)
-      benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w, 1u)
+      benchmark::RegisterBenchmark(pipeline_name(sas, w).c_str(), pipeline_bench, sas, w, 1u, false)
           ->UseRealTime()
           ->MeasureProcessCPUTime();
-    for (const unsigned n : g_workers)
-      if (n > 1 && n <= kMaxFeeders)
-        benchmark::RegisterBenchmark(inline_threads_name(sas, n).c_str(), pipeline_bench, sas, 0u,
-                                     n)
-            ->UseRealTime()
-            ->MeasureProcessCPUTime();
+    for (const auto& [n, own] : inline_thread_cases(sas))
+      benchmark::RegisterBenchmark(inline_threads_name(sas, n, own).c_str(), pipeline_bench, sas,
+                                   0u, n, own)
+          ->UseRealTime()
+          ->MeasureProcessCPUTime();
   }
   benchmark::RegisterBenchmark(kHandoffNames[1], handoff_round_trip)->UseRealTime();
   const uint64_t hold_ns = 1'000'000;  // PipelineConfig's default reorder_hold, 1 ms

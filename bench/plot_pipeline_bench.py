@@ -26,7 +26,8 @@ RAW = "raw/AES-128-GCM/roundtrip/1400"
 PIPELINE = re.compile(r"^pipeline/sas:(\d+)/workers:(\d+)")
 INLINE = re.compile(r"^pipeline/sas:(\d+)/inline/")  # no workers: the feeder alone
 # N feeders at once, each running its own packets to completion
-INLINE_THREADS = re.compile(r"^pipeline/sas:(\d+)/inline_threads:(\d+)")
+# Feeders sharing the group's SAs; the reader_per_sa variant is left to the text summary.
+INLINE_THREADS = re.compile(r"^pipeline/sas:(\d+)/inline_threads:(\d+)(?=/process_time|/real_time|$)")
 COUNTERS = ["Gbps", "cpu_ns_per_packet", "worker_cpu_ns_per_packet", "ns_per_packet"]
 COLORS = {1: "#1f77b4", 64: "#ff7f0e"}
 
