@@ -28,10 +28,11 @@ class PacketSink {
 };
 
 // Aligned to a cache line and laid out so that a packet released in order touches two
-// lines of it: the lock, the delivery flag and the two lists (first line), and the
-// counts and the reorder buffer's release point (second); the buffer's hold time and
-// gap counters sit on a third. With many SAs every channel's state is cold in L1 when
-// its next packet comes, so each line is a miss.
+// lines of it: the lock, the delivery flag, the two lists and the delivered count on the
+// first; the pointers to the in-crypto and shared in-flight counts and the reorder
+// buffer's release point on the second. The buffer's hold time and gap counters sit on
+// a third. With many SAs every channel's state is cold in L1 when its next packet comes,
+// so each line is a miss.
 class alignas(64) OrderedRelease {
  public:
   // `in_crypto`, if given, counts this channel's packets still in the workers: while it
