@@ -71,17 +71,20 @@ bool ChannelReclaimer::reclaim(PacketPool& pool) {
     target = std::max(target, retired.safe_after_flips);
   }
   advance_to(target);
-  std::vector<Retired> keep;
-  for (const Retired& retired : work) {
-    if (retired.safe_after_flips != 0 && retired.safe_after_flips <= flips_completed_)
-      destroy(retired);
-    else
-      keep.push_back(retired);
+  std::vector<Retired> keep, done;
+  for (const Retired& retired : work)
+    (retired.safe_after_flips != 0 && retired.safe_after_flips <= flips_completed_ ? done : keep)
+        .push_back(retired);
+  bool more;
+  {
+    std::lock_guard guard(mutex_);
+    retired_.insert(retired_.end(), keep.begin(), keep.end());
+    waiting_.store(retired_.size(), std::memory_order_relaxed);
+    more = !retired_.empty();
   }
-  std::lock_guard guard(mutex_);
-  retired_.insert(retired_.end(), keep.begin(), keep.end());
-  waiting_.store(retired_.size(), std::memory_order_relaxed);
-  return !retired_.empty();
+  // After the count: whoever sees a channel's SA gone then no longer sees it waiting.
+  for (const Retired& retired : done) destroy(retired);
+  return more;
 }
 
 }  // namespace espgw::pipeline
