@@ -40,9 +40,15 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
   return deliver_taken(sink, pool);
 }
 
+void OrderedRelease::release_held(LazyNow& now) {
+  // Nothing held (every packet so far came in order): nothing to look at, and the
+  // in-crypto count, another cache line, is not read.
+  if (buffer_.held() > 0) buffer_.release(now, pending_, workers_busy());
+}
+
 bool OrderedRelease::take_ready(LazyNow& now) {
   if (draining_) return false;
-  buffer_.release(now, pending_, workers_busy());
+  release_held(now);
   if (pending_.empty()) return false;
   draining_ = true;
   delivering_.swap(pending_);
@@ -63,7 +69,7 @@ bool OrderedRelease::deliver_taken(PacketSink& sink, PacketPool& pool) {
     LazyNow now;
     // Whatever other threads staged while this one delivered is ready now or held: they
     // were turned away by draining_, so this thread must not stop before it looked.
-    buffer_.release(now, pending_, workers_busy());
+    release_held(now);
     if (pending_.empty()) {
       draining_ = false;
       return buffer_.held() > 0;

@@ -72,6 +72,8 @@ class alignas(64) OrderedRelease {
     return in_crypto_ && in_crypto_->load(std::memory_order_acquire) != 0;
   }
 
+  // Under lock_: moves what the buffer holds and may release now to pending_.
+  void release_held(LazyNow& now);
   // Under lock_: if no other thread delivers, takes what is ready and becomes the one that
   // delivers. False if there is nothing to take or someone else delivers (and will look
   // again under lock_ before it stops, so nothing left in pending_ is stranded).
