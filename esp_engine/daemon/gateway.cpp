@@ -471,9 +471,17 @@ void Gateway::retire_inbound_locked(
   pipeline_->remove_inbound(old.entry.config.spi);
   if (old.lan_mtu_candidate)
     lan_mtu_candidates_.erase(lan_mtu_candidates_.find(old.lan_mtu_candidate));
-  log(LogLevel::info, "SA in spi 0x%08x removed after %llu packets, %llu bytes",
+  // The reorder figures say whether the SA's last packets came late (a gap given up after
+  // its hold time, say while a worker was preempted) when a rekey seemed to lose one.
+  const pipeline::ReorderStats reorder = old.channel->release().stats();
+  log(LogLevel::info,
+      "SA in spi 0x%08x removed after %llu packets, %llu bytes (reorder: %llu late, %llu "
+      "skipped, %llu hold timeouts)",
       old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
-      static_cast<unsigned long long>(old.sa->counters().bytes()));
+      static_cast<unsigned long long>(old.sa->counters().bytes()),
+      static_cast<unsigned long long>(reorder.late),
+      static_cast<unsigned long long>(reorder.skipped),
+      static_cast<unsigned long long>(reorder.hold_timeouts));
   inbound_.erase(it);
 }
 
