@@ -18,7 +18,7 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 binary=${1:-$root/build/release/bench/espgw_pipeline_bench}
 out=${2:-/tmp/pipeline-costs}
-command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "needs valgrind: run tools/install-deps.sh" >&2; exit 1; }
 mkdir -p "$out"
 for sas in 1 64; do
   valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=524288,8,64 \

@@ -16,6 +16,7 @@ packages=(
   libstrongswan-standard-plugins
   wireguard-go wireguard-tools                    # site-to-site benchmark baseline
   linux-perf                                      # BENCH_PROFILE=1: where the CPU goes
+  valgrind                                        # bench/count_pipeline_costs.sh
 )
 
 missing=()

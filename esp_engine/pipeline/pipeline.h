@@ -128,9 +128,6 @@ class Pipeline {
   // Without workers every submitting thread already batches.
   void hand_over_in_batches();
 
-  // Inbound, the same for a rekeyed SA's channel and its predecessor happens inside
-  // submit_inbound, counted in the same fences() and fence_timeouts().
-  //
   // Waits until every packet submitted so far through `channels` has been delivered, so
   // that a flow which moves to another channel cannot overtake its own packets: the
   // packets of one channel leave in order, but two channels' packets do not wait for
@@ -138,7 +135,9 @@ class Pipeline {
   // (SaGroup::Superseded: a member added, removed or rekeyed) before it submits through
   // the new view. Completes this thread's batch first and helps with the work while it
   // waits; gives up after the config's fence_limit (counted: fence_timeouts()), so a
-  // channel that stopped delivering cannot stall the reader.
+  // channel that stopped delivering cannot stall the reader. Inbound, the same wait for a
+  // rekeyed SA's predecessor happens inside submit_inbound (fence_inbound), counted in
+  // the same fences() and fence_timeouts().
   void fence_outbound(std::span<OutboundChannel* const> channels);
   // Lets go of the calling thread's cached ECMP group views that a membership change or a
   // deleted group retired (SaGroup::take_retired_view), each after fence_outbound() on its

@@ -102,8 +102,8 @@ std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
   return members_;
 }
 
-std::array<SaGroup::CachedView, 16>& SaGroup::thread_views() {
-  thread_local std::array<CachedView, 16> views;
+std::array<SaGroup::CachedView, SaGroup::kCachedViews>& SaGroup::thread_views() {
+  thread_local std::array<CachedView, kCachedViews> views;
   return views;
 }
 
@@ -115,7 +115,7 @@ void SaGroup::hand_over(const CachedView& slot, Superseded& view) {
 }
 
 const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
-  CachedView& slot = thread_views()[(reinterpret_cast<uintptr_t>(this) >> 6) % 16];
+  CachedView& slot = thread_views()[(reinterpret_cast<uintptr_t>(this) >> 6) % kCachedViews];
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (slot.generation != generation || !slot.members) {
     // An entry that another group left here (the cache is shared by address) is not

@@ -127,7 +127,9 @@ class SaGroup {
     const SaGroup* group = nullptr;  // whose list this is: groups share cache entries
     std::shared_ptr<const Members> members;
   };
-  static std::array<CachedView, 16>& thread_views();
+  // Per thread, shared by address: a group's views sit in entry (address / 64) % size.
+  static constexpr size_t kCachedViews = 16;
+  static std::array<CachedView, kCachedViews>& thread_views();
   // Moves `slot`'s list into `view` (its channels and a reference keeping them alive).
   static void hand_over(const CachedView& slot, Superseded& view);
   static std::shared_ptr<const Members> make_members(std::vector<Member> list);
