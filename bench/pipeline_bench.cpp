@@ -74,6 +74,9 @@
 //   --pipeline_pin               pin workers to CPUs (PipelineConfig::pin_workers)
 //   --pipeline_strict_order      fail on any order violation, even one the reorder buffer
 //                                accounts for as a late release (see below)
+//   --pipeline_time_crypto       time every seal and open (bench/timed_crypto.h): counter
+//                                crypto_ns_per_packet, and a summary table splitting each
+//                                case's CPU time into the cipher and the rest
 #include <benchmark/benchmark.h>
 #include <intel-ipsec-mb.h>
 #include <time.h>
@@ -117,6 +120,7 @@
 #include "pipeline/reorder_buffer.h"
 #include "pipeline/sa_group.h"
 #include "raw_ipsec_mb.h"
+#include "timed_crypto.h"
 #include "util/byte_order.h"
 #include "util/clock.h"
 
@@ -144,6 +148,14 @@ std::optional<size_t> g_reorder_capacity;
 std::optional<size_t> g_assist_threshold;
 bool g_pin = false;
 bool g_strict_order = false;
+bool g_time_crypto = false;
+
+// The backend of the pipeline cases' SAs: ipsec-mb, timed when --pipeline_time_crypto.
+const crypto::CryptoBackend& sa_backend() {
+  static const espgw::bench::TimedBackend timed(crypto::ipsec_mb_backend());
+  if (g_time_crypto) return timed;
+  return crypto::ipsec_mb_backend();
+}
 std::vector<unsigned> g_workers;
 
 // ESP payload (inner + padding + 2-byte trailer), as esp/encap.cpp computes it.
@@ -412,10 +424,8 @@ struct Rig {
     loopback.set_pipeline(pipeline.get());
     for (uint32_t i = 0; i < sas; ++i) {
       const esp::SaConfig sa_config = make_config(i);
-      outbound_sas.push_back(
-          std::make_shared<esp::OutboundSa>(sa_config, crypto::ipsec_mb_backend()));
-      inbound_sas.push_back(
-          std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()));
+      outbound_sas.push_back(std::make_shared<esp::OutboundSa>(sa_config, sa_backend()));
+      inbound_sas.push_back(std::make_shared<esp::InboundSa>(sa_config, sa_backend()));
       inbound_sinks.push_back(std::make_unique<InboundSink>(totals, i));
       outbound.push_back(pipeline->make_outbound(outbound_sas.back(), loopback));
       auto channel = pipeline->add_inbound(inbound_sas.back(), *inbound_sinks.back());
@@ -617,6 +627,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
   const uint64_t cpu_start = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   const uint64_t feeder_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const auto crypto_start = espgw::bench::CryptoClock::instance().totals();
   for (auto _ : state) {
     if (feeders > 1) step.arrive_and_wait();
     for (size_t b = 0; b < batches_per_iteration; ++b) feed_batch(*feeder_states[0]);
@@ -647,6 +658,10 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   for (const auto& f : feeder_states) wait_ns = std::max(wait_ns, f->wait_ns);
   const uint64_t feeder_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - feeder_cpu_start;
   const uint64_t cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+  // Workers have finished every packet by now (wait_idle above), and threads that went
+  // keep their accounts: the sum covers the whole run.
+  const uint64_t crypto_cycles =
+      espgw::bench::CryptoClock::instance().totals().cycles - crypto_start.cycles;
 
   const uint64_t delivered = rig.totals.delivered.load();
   const uint64_t dropped = rig.dropped(feeder_drops());
@@ -702,6 +717,11 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
       C(packets > 0 ? static_cast<double>(feeder_cpu_ns) / packets : 0);
   state.counters["worker_cpu_ns_per_packet"] =
       C(packets > 0 ? static_cast<double>(cpu_ns - std::min(cpu_ns, feeder_cpu_ns)) / packets : 0);
+  if (g_time_crypto)
+    state.counters["crypto_ns_per_packet"] =
+        C(packets > 0 ? static_cast<double>(crypto_cycles) /
+                            espgw::bench::CryptoClock::instance().ticks_per_ns() / packets
+                      : 0);
   state.counters["order_violations"] = C(static_cast<double>(violations));
   state.counters["feeder_wait"] = C(static_cast<double>(wait_ns) / 1e9, C::kIsRate);
   state.counters["drops"] = C(static_cast<double>(dropped));
@@ -808,6 +828,40 @@ std::string format(const char* fmt, ...) {
   std::vsnprintf(line, sizeof line, fmt, args);
   va_end(args);
   return line;
+}
+
+// With --pipeline_time_crypto: each case's CPU time per packet split into the cipher
+// (seal + open, timed around the backend's calls) and the rest (everything the engine and
+// the benchmark's copies add). Both are taken in the same interval, so their ratio moves
+// less with the host's speed than the ratio to raw, which is measured at another time.
+void print_cipher_split(const CollectingReporter& r, std::optional<double> raw_ns,
+                        std::ostream& out) {
+  std::vector<std::string> names;
+  for (const uint32_t sas : kSaCounts) {
+    names.push_back(pipeline_name(sas, 0));
+    for (const unsigned w : g_workers) names.push_back(pipeline_name(sas, w));
+    for (const auto& [n, own] : inline_thread_cases(sas))
+      names.push_back(inline_threads_name(sas, n, own));
+  }
+  bool header = false;
+  for (const std::string& name : names) {
+    const auto cipher_ns = r.value(name, "crypto_ns_per_packet");
+    const auto cpu_ns = r.value(name, "cpu_ns_per_packet");
+    if (!cipher_ns || !cpu_ns || *cipher_ns <= 0) continue;
+    if (!header) {
+      out << "\nCipher time and the rest (--pipeline_time_crypto), CPU ns per packet, all "
+             "threads;\ncipher/raw = the cipher's time against raw's whole round trip; "
+             "rest/cipher = what the\npipeline and the benchmark's two copies add per ns of "
+             "cipher:\n";
+      out << format("  %-44s %8s %9s %8s %10s %11s\n", "case", "cpu_ns", "cipher_ns", "rest_ns",
+                    "cipher/raw", "rest/cipher");
+      header = true;
+    }
+    const double rest_ns = *cpu_ns - *cipher_ns;
+    out << format("  %-44s %8.1f %9.1f %8.1f %10s %11.3f\n", name.c_str(), *cpu_ns, *cipher_ns,
+                  rest_ns, raw_ns ? format("%.3f", *cipher_ns / *raw_ns).c_str() : "-",
+                  rest_ns / *cipher_ns);
+  }
 }
 
 void print_summary(const CollectingReporter& r, std::ostream& out) {
@@ -930,6 +984,7 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
           r.value(name, "late").value_or(0));
     }
   }
+  print_cipher_split(r, raw_ns, out);
   out << "\nReorderBuffer alone (one thread, capacity " << kReorderCapacity
       << ", insert + release per packet):\n";
   for (const char* name : kReorderNames)
@@ -992,6 +1047,8 @@ bool parse_own_flags(int& argc, char** argv, std::string& summary_out) {
         return false;
       }
       g_reorder_capacity = n;
+    } else if (arg == "--pipeline_time_crypto") {
+      g_time_crypto = true;
     } else if (arg == "--pipeline_strict_order") {
       g_strict_order = true;
     } else if (arg == "--pipeline_pin") {
