@@ -42,7 +42,7 @@ for round in $(seq 1 "$rounds"); do
       print build, "sas" sas, row, $col}
       /^  pipeline\/sas:/{split($1, p, "/"); sub("sas:", "", p[2]); row=p[3];
       if (row ~ /^inline_threads:/) { sub("inline_threads:", "inl_x", row); if (p[4] != "") row="own_x" substr(row, 6) }
-      print build, "sas" p[2], row "/rest", $6}' "$work/$build.$round" >>"$work/values"
+      print build, "sas" p[2], row "/rest", $6; print build, "sas" p[2], row "/cipher", $5}' "$work/$build.$round" >>"$work/values"
   done
 done
 
@@ -54,7 +54,7 @@ for line in open(sys.argv[1]):
     values[(sas, row, build)].append(float(of_raw))
 for sas, row in sorted({(k[0], k[1]) for k in values}):
     old, new = values[(sas, row, "old")], values[(sas, row, "new")]
-    metric = "rest/cipher" if row.endswith("/rest") else "of_raw"
+    metric = "rest/cipher" if row.endswith("/rest") else "cipher/raw" if row.endswith("/cipher") else "of_raw"
     print(f"{sas:6} {row:12} {metric} old {statistics.median(old):.3f}  new {statistics.median(new):.3f}"
           f"   old: {' '.join(f'{v:.3f}' for v in old)}   new: {' '.join(f'{v:.3f}' for v in new)}")
 EOF
