@@ -40,10 +40,12 @@ Packet* ReorderBuffer::tombstone() {
   return reinterpret_cast<Packet*>(alignof(Packet));
 }
 
-uint64_t ReorderBuffer::arrival_of(uint64_t index) const {
-  const Slot slot = slots_[index & slot_mask_];
-  // A tombstone counts as arrived long ago: it never holds anything back by itself.
-  return slot == tombstone() ? 0 : slot->arrival_ns;
+std::optional<uint64_t> ReorderBuffer::first_waiting_packet_from(uint64_t index) const {
+  for (; index <= next_ + slot_mask_; ++index) {
+    const Slot slot = slots_[index & slot_mask_];
+    if (slot != nullptr && slot != tombstone()) return slot->arrival_ns;
+  }
+  return std::nullopt;
 }
 
 void ReorderBuffer::pop_in_order(std::vector<Packet*>& out) {
@@ -136,10 +138,16 @@ std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
 
 bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const {
   if (hold_ns_ == 0) return false;
-  const auto waiting = first_held_after_gap();
-  if (!waiting) return false;
-  resume_index = *waiting;
-  return now.get() - arrival_of(*waiting) >= (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_);
+  const auto held = first_held_after_gap();
+  if (!held) return false;
+  // The hold runs from the first packet waiting behind the gap. A tombstone has no arrival
+  // time and holds nothing back: with only tombstones behind the gap nothing waits yet.
+  // (Counting a tombstone as arrived long ago gave the gap up at once, and the packet
+  // still in crypto that fills it then came late, after the packets that followed.)
+  const auto arrival = first_waiting_packet_from(*held);
+  if (!arrival) return false;
+  resume_index = *held;
+  return now.get() - *arrival >= (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_);
 }
 
 bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out, bool busy) {

@@ -99,7 +99,8 @@ class ReorderBuffer {
   // Makes the ring reach `distance` indexes past the release point.
   void make_room(uint64_t distance);
   static Packet* tombstone();
-  uint64_t arrival_of(uint64_t index) const;
+  // The arrival time of the first packet (not tombstone) held from `index` on, if any.
+  std::optional<uint64_t> first_waiting_packet_from(uint64_t index) const;
   void pop_in_order(std::vector<Packet*>& out);
   void advance_to(uint64_t index, std::vector<Packet*>& out);
   std::optional<uint64_t> first_held_after_gap() const;

@@ -89,6 +89,36 @@ TEST(ReorderBuffer, TombstonesFillGapsWithoutReleasingAnything) {
   EXPECT_EQ(buffer.stats().skipped, 0u);
 }
 
+TEST(ReorderBuffer, ATombstoneBehindAGapDoesNotCutTheHoldShort) {
+  Packets packets;
+  ReorderBuffer buffer(8, kHold, 1);
+  std::vector<Packet*> out;
+  const uint64_t t = 1'000'000;       // a clock well past zero, as CLOCK_MONOTONIC is
+  buffer.insert(2, nullptr, t, out);  // 1 is still in crypto; 2 was dropped after its number
+  buffer.insert(3, packets.make(3), t, out);
+  // The hold runs from packet 3's arrival, not from "long ago" for the tombstone.
+  EXPECT_TRUE(buffer.release(t + kHold - 1, out));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(buffer.stats().hold_timeouts, 0u);
+  EXPECT_FALSE(buffer.release(t + kHold, out));
+  EXPECT_EQ(packets.indexes(out), (std::vector<uint64_t>{3}));
+  EXPECT_EQ(buffer.stats().skipped, 1u);
+}
+
+TEST(ReorderBuffer, OnlyTombstonesBehindAGapWaitForIt) {
+  Packets packets;
+  ReorderBuffer buffer(8, kHold, 1);
+  std::vector<Packet*> out;
+  buffer.insert(2, nullptr, 0, out);
+  // Nothing waits, so nothing is given up, however long it takes.
+  EXPECT_TRUE(buffer.release(uint64_t{1} << 60, out));
+  EXPECT_EQ(buffer.stats().hold_timeouts, 0u);
+  buffer.insert(1, packets.make(1), uint64_t{1} << 60, out);
+  EXPECT_EQ(packets.indexes(out), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(buffer.stats().late, 0u);
+  EXPECT_EQ(buffer.next_index(), 3u);
+}
+
 TEST(ReorderBuffer, APacketTooFarAheadForcesTheWindowForward) {
   Packets packets;
   ReorderBuffer buffer(8, kHold, 1);
