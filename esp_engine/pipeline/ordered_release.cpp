@@ -1,5 +1,6 @@
 #include "pipeline/ordered_release.h"
 
+#include <array>
 #include <mutex>
 
 namespace espgw::pipeline {
@@ -19,16 +20,43 @@ bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, Pa
 
 bool OrderedRelease::stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto,
                                      PacketSink& sink, PacketPool& pool) {
+  std::array<Packet*, kInOrderMax> in_order;
+  std::optional<size_t> taken;
   {
     std::lock_guard guard(lock_);
     LazyNow now;
-    for (const Staged& s : batch) buffer_.insert(s.index, s.packet, now, pending_);
+    taken = take_in_order(batch, in_order);
+    if (!taken)
+      for (const Staged& s : batch) buffer_.insert(s.index, s.packet, now, pending_);
     if (left_crypto != 0) in_crypto_->fetch_sub(left_crypto, std::memory_order_release);
-    // Turned away or nothing ready: a packet left behind a gap still needs the timer,
-    // and this thread is the one who knows of it, so the answer is what is held now.
-    if (!take_ready(now)) return buffer_.held() > 0;
+    if (taken) {
+      if (*taken == 0) return false;  // only tombstones: nothing to deliver, nothing held
+    } else if (!take_ready(now)) {
+      // Turned away or nothing ready: a packet left behind a gap still needs the timer,
+      // and this thread is the one who knows of it, so the answer is what is held now.
+      return buffer_.held() > 0;
+    }
   }
-  return deliver_taken(sink, pool);
+  if (taken) return deliver_from(std::span<Packet* const>(in_order.data(), *taken), sink, pool);
+  return deliver_from(delivering_, sink, pool);
+}
+
+std::optional<size_t> OrderedRelease::take_in_order(std::span<const Staged> batch,
+                                                    std::span<Packet*> out) {
+  // pending_ too must be empty: after flush() it holds packets numbered below the release
+  // point until the flushing thread takes them, and these would overtake them.
+  if (draining_ || !pending_.empty() || batch.size() > out.size() ||
+      !buffer_.takes_in_order(batch.size()))
+    return std::nullopt;
+  const uint64_t next = buffer_.next_index();
+  size_t packets = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].index != next + i) return std::nullopt;
+    if (batch[i].packet) out[packets++] = batch[i].packet;
+  }
+  buffer_.pass_in_order(batch.size(), packets);
+  if (packets != 0) draining_ = true;
+  return packets;
 }
 
 bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
@@ -37,7 +65,7 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
     LazyNow now;
     if (!take_ready(now)) return buffer_.held() > 0;
   }
-  return deliver_taken(sink, pool);
+  return deliver_from(delivering_, sink, pool);
 }
 
 void OrderedRelease::release_held(LazyNow& now) {
@@ -55,15 +83,15 @@ bool OrderedRelease::take_ready(LazyNow& now) {
   return true;
 }
 
-bool OrderedRelease::deliver_taken(PacketSink& sink, PacketPool& pool) {
+bool OrderedRelease::deliver_from(std::span<Packet* const> packets, PacketSink& sink,
+                                  PacketPool& pool) {
   for (;;) {
-    sink.deliver(delivering_);
-    pool.release(std::span<Packet* const>(delivering_));
+    sink.deliver(packets);
+    pool.release(packets);
     // Only the delivering thread writes it, and the next one takes over under lock_.
-    delivered_.store(delivered_.load(std::memory_order_relaxed) + delivering_.size(),
+    delivered_.store(delivered_.load(std::memory_order_relaxed) + packets.size(),
                      std::memory_order_release);
-    if (shared_in_flight_)
-      shared_in_flight_->fetch_sub(delivering_.size(), std::memory_order_relaxed);
+    if (shared_in_flight_) shared_in_flight_->fetch_sub(packets.size(), std::memory_order_relaxed);
     delivering_.clear();
     std::lock_guard guard(lock_);
     LazyNow now;
@@ -75,6 +103,7 @@ bool OrderedRelease::deliver_taken(PacketSink& sink, PacketPool& pool) {
       return buffer_.held() > 0;
     }
     delivering_.swap(pending_);
+    packets = delivering_;
   }
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -35,6 +36,12 @@ class PacketSink {
 // so each line is a miss.
 class alignas(64) OrderedRelease {
  public:
+  // A staged batch up to this size that continues the release point, with nothing held,
+  // pending or being delivered, goes to the sink without passing through the reorder
+  // buffer and the pending list (one thread's packets in order: the common case, and with
+  // many SAs one such batch per packet). At least Pipeline::kWorkerBatch.
+  static constexpr size_t kInOrderMax = 32;
+
   // `in_crypto`, if given, counts this channel's packets still in the workers: while it
   // is non-zero a gap may be one of them, and is held longer (ReorderBuffer's busy hold).
   OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
@@ -78,9 +85,14 @@ class alignas(64) OrderedRelease {
   // delivers. False if there is nothing to take or someone else delivers (and will look
   // again under lock_ before it stops, so nothing left in pending_ is stranded).
   bool take_ready(LazyNow& now);
-  // Delivers what take_ready() took, then whatever became ready meanwhile, until nothing
-  // is. Returns whether packets stay held behind a gap.
-  bool deliver_taken(PacketSink& sink, PacketPool& pool);
+  // Delivers `packets` (the caller set draining_), then whatever became ready meanwhile,
+  // until nothing is. Returns whether packets stay held behind a gap.
+  bool deliver_from(std::span<Packet* const> packets, PacketSink& sink, PacketPool& pool);
+  // Under lock_: if `batch` continues the release point with nothing held, pending or being
+  // delivered (one thread's packets in order, the common case), takes its packets into
+  // `out` for delivery, marks their indexes released and sets draining_; returns how many
+  // packets it took, or nullopt when the batch must go through the reorder buffer.
+  std::optional<size_t> take_in_order(std::span<const Staged> batch, std::span<Packet*> out);
 
   mutable SpinLock lock_;
   // Under lock_, like the buffer, so one lock acquisition both stages and claims the

@@ -541,6 +541,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
   for (size_t i = 0; i < count; ++i)
     if (group_of[i] != kDropped) grouped[cursor[group_of[i]]++] = batch[i];
 
+  static_assert(OrderedRelease::kInOrderMax >= kWorkerBatch, "a batch's channel group in order");
   std::array<OrderedRelease::Staged, kWorkerBatch> staged;
   std::array<esp::FinishItem, kWorkerBatch> opened;
   for (size_t g = 0; g < group_count; ++g) {

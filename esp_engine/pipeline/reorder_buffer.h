@@ -75,6 +75,16 @@ class ReorderBuffer {
   }
   // Releases everything held, skipping every gap (shutdown, SA removal).
   void flush(std::vector<Packet*>& out);
+  // True if `count` indexes from next_index() on would each be released the moment they
+  // were inserted: nothing is held, so none waits for a gap.
+  bool takes_in_order(size_t count) const { return held_ == 0 && count <= mask_ + 1; }
+  // Records `count` indexes from next_index() on as released in order, `packets` of them
+  // packets and the rest tombstones, for a caller that hands them on itself (what
+  // insert() would do for each, without the output list). Only when takes_in_order().
+  void pass_in_order(size_t count, size_t packets) {
+    next_ += count;
+    released_ += packets;
+  }
 
   size_t held() const { return held_; }
   uint64_t next_index() const { return next_; }
