@@ -34,7 +34,7 @@ bool OrderedRelease::stage_and_drain(std::span<const Staged> batch, uint64_t lef
     } else if (!take_ready(now)) {
       // Turned away or nothing ready: a packet left behind a gap still needs the timer,
       // and this thread is the one who knows of it, so the answer is what is held now.
-      return buffer_.held() > 0;
+      return buffer_.packets_waiting();
     }
   }
   if (taken) return deliver_from(std::span<Packet* const>(in_order.data(), *taken), sink, pool);
@@ -63,7 +63,7 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
   {
     std::lock_guard guard(lock_);
     LazyNow now;
-    if (!take_ready(now)) return buffer_.held() > 0;
+    if (!take_ready(now)) return buffer_.packets_waiting();
   }
   return deliver_from(delivering_, sink, pool);
 }
@@ -100,7 +100,7 @@ bool OrderedRelease::deliver_from(std::span<Packet* const> packets, PacketSink& 
     release_held(now);
     if (pending_.empty()) {
       draining_ = false;
-      return buffer_.held() > 0;
+      return buffer_.packets_waiting();
     }
     delivering_.swap(pending_);
     packets = delivering_;

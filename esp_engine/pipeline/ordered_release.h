@@ -48,7 +48,8 @@ class alignas(64) OrderedRelease {
                  std::atomic<uint64_t>* in_crypto = nullptr);
 
   // Inserts `packet` (nullptr: a tombstone) at `index`, then delivers what is ready.
-  // Returns true if packets stay held behind a gap, so the caller must come back later.
+  // Returns true if packets stay held behind a gap, so the caller must come back later
+  // (ReorderBuffer::packets_waiting: tombstones alone do not count).
   bool insert(uint64_t index, Packet* packet, PacketSink& sink, PacketPool& pool);
   struct Staged {
     uint64_t index;

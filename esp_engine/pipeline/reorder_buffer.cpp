@@ -150,12 +150,16 @@ bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index, bool busy)
   return now.get() - *arrival >= (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_);
 }
 
+bool ReorderBuffer::packets_waiting() const {
+  return held_ > 0 && first_waiting_packet_from(next_).has_value();
+}
+
 bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out, bool busy) {
   for (;;) {
     pop_in_order(out);
     if (held_ == 0) return false;
     uint64_t resume_index = 0;
-    if (!gap_expired(now, resume_index, busy)) return true;
+    if (!gap_expired(now, resume_index, busy)) return packets_waiting();
     ++rare_.hold_timeouts;
     advance_to(resume_index, out);
   }

@@ -67,7 +67,7 @@ class ReorderBuffer {
     insert(index, packet, now, out);
   }
   // Releases everything in order from the release point, skipping a gap whose hold time
-  // has expired. Returns true if packets are still held behind a gap.
+  // has expired. Returns packets_waiting(): whether the caller must come back.
   bool release(LazyNow& now, std::vector<Packet*>& out, bool busy = false);
   bool release(uint64_t now_ns, std::vector<Packet*>& out, bool busy = false) {
     LazyNow now = LazyNow::at(now_ns);
@@ -86,7 +86,12 @@ class ReorderBuffer {
     released_ += packets;
   }
 
+  // Sequence numbers held behind a gap: packets and tombstones.
   size_t held() const { return held_; }
+  // True if a packet (not only tombstones) waits behind a gap: then its hold runs, and the
+  // caller must come back to give the gap up when it expires. Tombstones alone need no
+  // visit: nothing waits on them, and the next packet to arrive starts the hold.
+  bool packets_waiting() const;
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
   size_t ring_size() const { return slots_ ? slot_mask_ + 1 : 0; }  // slots allocated now

@@ -95,6 +95,23 @@ TEST(OrderedRelease, ABatchAfterAGapWaitsForIt) {
   EXPECT_EQ(sink.indexes().back(), 4u);
 }
 
+TEST(OrderedRelease, TombstonesAloneBehindAGapNeedNoTimerAndAPacketStartsTheHold) {
+  PacketPool pool(64, 64);
+  IndexSink sink;
+  OrderedRelease release(16, kHoldNs, 0);
+  // 0 is still in crypto or lost; 1 was dropped after authentication. Nothing waits, so
+  // the caller need not come back (a timer would otherwise poll an idle SA for good).
+  EXPECT_FALSE(release.insert(1, nullptr, sink, pool));
+  EXPECT_EQ(release.held(), 1u);
+  // A packet behind the gap waits, and asks for the timer.
+  EXPECT_TRUE(release.insert(2, tagged(pool, 2), sink, pool));
+  EXPECT_TRUE(sink.indexes().empty());
+  EXPECT_FALSE(release.insert(0, tagged(pool, 0), sink, pool));
+  EXPECT_EQ(sink.indexes(), (std::vector<uint64_t>{0, 2}));
+  EXPECT_EQ(release.held(), 0u);
+  EXPECT_EQ(release.stats().skipped, 0u);
+}
+
 TEST(OrderedRelease, ABatchStagedWhileThisThreadDeliversLeavesAfterWhatIsBeingDelivered) {
   PacketPool pool(64, 64);
   IndexSink sink;
