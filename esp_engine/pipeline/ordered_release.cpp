@@ -45,8 +45,7 @@ std::optional<size_t> OrderedRelease::take_in_order(std::span<const Staged> batc
                                                     std::span<Packet*> out) {
   // pending_ too must be empty: after flush() it holds packets numbered below the release
   // point until the flushing thread takes them, and these would overtake them.
-  if (draining_ || !pending_.empty() || batch.size() > out.size() ||
-      !buffer_.takes_in_order(batch.size()))
+  if (draining_ || !pending_.empty() || buffer_.held() != 0 || batch.size() > out.size())
     return std::nullopt;
   const uint64_t next = buffer_.next_index();
   size_t packets = 0;

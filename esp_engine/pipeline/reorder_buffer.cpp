@@ -136,20 +136,6 @@ std::optional<uint64_t> ReorderBuffer::first_held_after_gap() const {
   return std::nullopt;
 }
 
-bool ReorderBuffer::gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const {
-  if (hold_ns_ == 0) return false;
-  const auto held = first_held_after_gap();
-  if (!held) return false;
-  // The hold runs from the first packet waiting behind the gap. A tombstone has no arrival
-  // time and holds nothing back: with only tombstones behind the gap nothing waits yet.
-  // (Counting a tombstone as arrived long ago gave the gap up at once, and the packet
-  // still in crypto that fills it then came late, after the packets that followed.)
-  const auto arrival = first_waiting_packet_from(*held);
-  if (!arrival) return false;
-  resume_index = *held;
-  return now.get() - *arrival >= (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_);
-}
-
 bool ReorderBuffer::packets_waiting() const {
   return held_ > 0 && first_waiting_packet_from(next_).has_value();
 }
@@ -158,10 +144,18 @@ bool ReorderBuffer::release(LazyNow& now, std::vector<Packet*>& out, bool busy) 
   for (;;) {
     pop_in_order(out);
     if (held_ == 0) return false;
-    uint64_t resume_index = 0;
-    if (!gap_expired(now, resume_index, busy)) return packets_waiting();
+    // The release point is a gap. Its hold runs from the first packet waiting behind it:
+    // a tombstone has no arrival time and holds nothing back, so with only tombstones
+    // there nothing waits and there is nothing to come back for. (Counting a tombstone
+    // as arrived long ago gave the gap up at once, and the packet still in crypto that
+    // filled it then came late, after the packets that followed.)
+    const auto held = first_held_after_gap();
+    const auto arrival = held ? first_waiting_packet_from(*held) : std::nullopt;
+    if (!arrival) return false;
+    if (hold_ns_ == 0 || now.get() - *arrival < (busy ? hold_ns_ * kBusyHoldFactor : hold_ns_))
+      return true;
     ++rare_.hold_timeouts;
-    advance_to(resume_index, out);
+    advance_to(*held, out);
   }
 }
 

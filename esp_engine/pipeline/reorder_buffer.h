@@ -75,12 +75,9 @@ class ReorderBuffer {
   }
   // Releases everything held, skipping every gap (shutdown, SA removal).
   void flush(std::vector<Packet*>& out);
-  // True if `count` indexes from next_index() on would each be released the moment they
-  // were inserted: nothing is held, so none waits for a gap.
-  bool takes_in_order(size_t count) const { return held_ == 0 && count <= mask_ + 1; }
   // Records `count` indexes from next_index() on as released in order, `packets` of them
   // packets and the rest tombstones, for a caller that hands them on itself (what
-  // insert() would do for each, without the output list). Only when takes_in_order().
+  // insert() would do for each, without the output list). Only when nothing is held.
   void pass_in_order(size_t count, size_t packets) {
     next_ += count;
     released_ += packets;
@@ -119,9 +116,6 @@ class ReorderBuffer {
   void pop_in_order(std::vector<Packet*>& out);
   void advance_to(uint64_t index, std::vector<Packet*>& out);
   std::optional<uint64_t> first_held_after_gap() const;
-  // True if the gap at the release point has been waited on for the full hold time;
-  // `resume_index` is then the first held index after it.
-  bool gap_expired(LazyNow& now, uint64_t& resume_index, bool busy) const;
 
   // The fields an in-order packet touches come first (OrderedRelease places them on one
   // cache line with its own); the hold time and the counters of gaps and late packets
