@@ -411,7 +411,13 @@ void Pipeline::wake_one_worker() {
 esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
                                           esp::OuterHeaders outer) {
   InFlightBudget* budget = c.budget();
-  if (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit) {
+  // The place is taken before the check: readers of one group submit at once, and a
+  // look followed by an increment let each of them past the bound together (the group
+  // then held up to one packet per reader more than its limit). A refused reader's
+  // increment, undone at once, may make another reader see the group full for that
+  // instant: a drop at the bound, never a packet beyond it.
+  if (budget && budget->in_flight.fetch_add(1, std::memory_order_relaxed) >= budget->limit) {
+    budget->in_flight.fetch_sub(1, std::memory_order_relaxed);
     // The SA's group has its bound in flight: the same drop as the SA's own bound.
     c.sa().counters().count(esp::DropReason::queue_full);
     pool_.release(packet);
@@ -420,11 +426,11 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
   const esp::DropReason reason =
       esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, c.sequence_limit());
   if (reason != esp::DropReason::none) {
+    if (budget) budget->in_flight.fetch_sub(1, std::memory_order_relaxed);
     pool_.release(packet);  // counted on the SA by encap_prepare
     return reason;
   }
-  // Before the packet can reach a worker, whose delivery takes it off again.
-  if (budget) budget->in_flight.fetch_add(1, std::memory_order_relaxed);
+  // The place stays taken until the packet's delivery gives it back.
   packet->direction = Direction::outbound;
   packet->outer = outer;
   packet->outbound = &c;

@@ -32,7 +32,9 @@ namespace espgw::pipeline {
 
 class OutboundChannel;
 
-// Packets of a group's SAs between their sequence number and their delivery.
+// Packets of a group's SAs between their admission (Pipeline::submit_outbound) and their
+// delivery. The count never admits more than `limit`: a submitter takes its place before
+// it looks, and gives it back if that made too many.
 struct InFlightBudget {
   explicit InFlightBudget(uint64_t bound) : limit(bound) {}
   std::atomic<uint64_t> in_flight{0};

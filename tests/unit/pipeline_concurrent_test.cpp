@@ -818,6 +818,75 @@ TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   EXPECT_EQ(sink_a.count() + sink_b.count(), 74u);
 }
 
+// Readers of one group submit at the same time. Each round holds the workers, lets two
+// readers race to fill the group's bound, counts what got in, then lets it drain. A look
+// at the count followed by an increment let both readers past the bound when they looked
+// together; the place is now taken before the look, so no round admits more.
+TEST(PipelineConcurrent, ReadersSubmittingAtOnceNeverPassAnEcmpGroupsBound) {
+  constexpr uint64_t kGroupBound = 6;
+  constexpr int kRounds = 150, kReaders = 2, kAttemptsPerReader = 24;
+  PipelineConfig config;
+  config.workers = 1;
+  config.pool_packets = 256;
+  config.max_in_flight_per_sa = 64;       // above the group's: the group's bound decides
+  config.submitter_assist_threshold = 0;  // readers must not run the held crypto
+  std::atomic<bool> open{false};
+  config.before_crypto = [&](unsigned) {
+    while (!open.load()) std::this_thread::yield();
+  };
+  RecordingSink sink_a(false), sink_b(false);
+  uint64_t most_admitted = 0, total_admitted = 0, refused = 0;
+  {
+    Pipeline pipeline(config);
+    auto a = gcm_outbound(pipeline, sink_a, 0x511);
+    auto b = gcm_outbound(pipeline, sink_b, 0x512);
+    SaGroup group(kGroupBound);
+    group.set_member(1, a);
+    group.set_member(2, b);
+    for (int round = 0; round < kRounds; ++round) {
+      open.store(false);
+      std::atomic<uint64_t> admitted{0};
+      std::atomic<int> ready{0};
+      std::vector<std::thread> readers;
+      for (int r = 0; r < kReaders; ++r) {
+        readers.emplace_back([&, r] {
+          pipeline.hand_over_in_batches();
+          // Both start together, so that they meet at the bound.
+          ready.fetch_add(1);
+          while (ready.load() < kReaders) {
+          }
+          for (int i = 0; i < kAttemptsPerReader; ++i) {
+            Packet* p = acquire_blocking(pipeline);
+            EXPECT_TRUE(p->buffer.assign(tagged_packet(r, i)));
+            OutboundChannel& channel = (i + r) % 2 ? *a : *b;
+            if (pipeline.submit_outbound(channel, p, esp::OuterHeaders::omit) ==
+                esp::DropReason::none)
+              admitted.fetch_add(1);
+          }
+          pipeline.complete_submitted();
+        });
+      }
+      for (auto& reader : readers) reader.join();
+      EXPECT_EQ(a->budget()->in_flight.load(), admitted.load()) << "round " << round;
+      most_admitted = std::max(most_admitted, admitted.load());
+      total_admitted += admitted.load();
+      open.store(true);
+      ASSERT_TRUE(wait_for([&] { return sink_a.count() + sink_b.count() == total_admitted; },
+                           std::chrono::seconds(10)));
+      ASSERT_TRUE(
+          wait_for([&] { return a->budget()->in_flight.load() == 0; }, std::chrono::seconds(10)));
+    }
+    pipeline.wait_idle();
+    refused = a->sa().counters().drops(esp::DropReason::queue_full) +
+              b->sa().counters().drops(esp::DropReason::queue_full);
+  }
+  EXPECT_LE(most_admitted, kGroupBound) << "packets admitted beyond the group's bound";
+  EXPECT_GT(total_admitted, 0u);
+  EXPECT_EQ(total_admitted + refused, uint64_t{kRounds} * kReaders * kAttemptsPerReader)
+      << "every attempt was admitted or counted as a queue-full drop";
+  EXPECT_EQ(sink_a.count() + sink_b.count(), total_admitted);
+}
+
 TEST(PipelineConcurrent, RemovingAnSaWhilePacketsAreInFlightLosesNothingUncounted) {
   PipelineConfig config;
   config.workers = 2;
