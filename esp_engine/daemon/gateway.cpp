@@ -64,11 +64,14 @@ class TunReadBatch {
   void complete() {
     pipeline_.complete_submitted();
     frames_ = 0;
-    // A reader that never runs dry still lets go of removed SAs, about every 1,000 frames.
-    if (++completions_ % kCompletionsPerViewSweep == 0) pipeline_.release_retired_group_views();
+    // A reader that never runs dry still lets go of removed SAs: about every 1,000 frames
+    // it looks at some of its group views (one per tunnel it carries), going round them.
+    if (++completions_ % kCompletionsPerViewSweep == 0)
+      pipeline_.release_retired_group_views(kViewsPerSweep);
   }
 
   static constexpr unsigned kCompletionsPerViewSweep = 64;
+  static constexpr size_t kViewsPerSweep = 256;
   pipeline::Pipeline& pipeline_;
   unsigned frames_ = 0;  // read since the last completion
   unsigned completions_ = 0;

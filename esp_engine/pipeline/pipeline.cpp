@@ -344,9 +344,10 @@ void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
   });
 }
 
-void Pipeline::release_retired_group_views() {
+void Pipeline::release_retired_group_views(size_t max_looks) {
   SaGroup::Superseded view;
-  while (SaGroup::take_retired_view(view)) {
+  size_t looks = std::min(max_looks, SaGroup::thread_view_count());
+  while (SaGroup::take_retired_view(view, looks)) {
     // A pick of the group would have fenced on this view; it will not find it now.
     fence_outbound(view.channels);
     view = {};  // the last reference to a removed SA may go here

@@ -102,9 +102,89 @@ std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
   return members_;
 }
 
-std::array<SaGroup::CachedView, SaGroup::kCachedViews>& SaGroup::thread_views() {
-  thread_local std::array<CachedView, kCachedViews> views;
+SaGroup::ThreadViews& SaGroup::thread_views() {
+  thread_local ThreadViews views;
   return views;
+}
+
+inline size_t SaGroup::ThreadViews::home(const SaGroup* group) const {
+  // Fibonacci hashing of the address (groups are heap objects, 64-byte aligned or close):
+  // the product's top bits spread neighbouring addresses over the table.
+  const uint64_t product = (reinterpret_cast<uintptr_t>(group) >> 4) * 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(product >> 32) & (entries_.size() - 1);
+}
+
+inline SaGroup::CachedView& SaGroup::ThreadViews::of(const SaGroup* group) {
+  // Most picks find the group at its home entry: that look is all they cost.
+  if (!entries_.empty()) {
+    CachedView& first = entries_[home(group)];
+    if (first.group == group) return first;
+  }
+  return find_or_add(group);
+}
+
+SaGroup::CachedView& SaGroup::ThreadViews::find_or_add(const SaGroup* group) {
+  if (!entries_.empty()) {
+    for (size_t i = home(group);; i = (i + 1) & (entries_.size() - 1)) {
+      if (entries_[i].group == group) return entries_[i];
+      if (entries_[i].group == nullptr) break;
+    }
+  }
+  // Not here: a new entry, in a table at most half full once it is in.
+  if (2 * (used_ + 1) > entries_.size()) grow();
+  size_t i = home(group);
+  while (entries_[i].group != nullptr) i = (i + 1) & (entries_.size() - 1);
+  ++used_;
+  entries_[i].group = group;
+  return entries_[i];
+}
+
+void SaGroup::ThreadViews::grow() {
+  std::vector<CachedView> old = std::move(entries_);
+  entries_ = std::vector<CachedView>(old.empty() ? 16 : 2 * old.size());
+  for (CachedView& view : old) {
+    if (view.group == nullptr) continue;
+    size_t i = home(view.group);
+    while (entries_[i].group != nullptr) i = (i + 1) & (entries_.size() - 1);
+    entries_[i] = std::move(view);
+  }
+  cursor_ = 0;
+}
+
+void SaGroup::ThreadViews::erase(size_t index) {
+  const size_t mask = entries_.size() - 1;
+  entries_[index] = {};
+  --used_;
+  // Later entries of the same run whose home is not between the hole and them move
+  // into the hole, so that a lookup never stops early at it.
+  for (size_t next = (index + 1) & mask; entries_[next].group != nullptr;
+       next = (next + 1) & mask) {
+    const size_t wanted = home(entries_[next].group);
+    const bool stays =
+        index <= next ? (index < wanted && wanted <= next) : (index < wanted || wanted <= next);
+    if (stays) continue;
+    entries_[index] = std::move(entries_[next]);
+    entries_[next] = {};
+    index = next;
+  }
+}
+
+bool SaGroup::ThreadViews::take_retired(CachedView& out, size_t& looks) {
+  while (looks > 0 && !entries_.empty()) {
+    cursor_ &= entries_.size() - 1;
+    CachedView& view = entries_[cursor_];
+    if (view.members && view.members->retired.load(std::memory_order_acquire)) {
+      out = std::move(view);
+      // The cursor stays: an entry that moves into this one is looked at next, and
+      // entries only move backwards into holes at or after the cursor, so none that is
+      // still to be looked at moves behind it. Taking costs no look.
+      erase(cursor_);
+      return true;
+    }
+    --looks;
+    ++cursor_;
+  }
+  return false;
 }
 
 void SaGroup::hand_over(const CachedView& slot, Superseded& view) {
@@ -115,32 +195,29 @@ void SaGroup::hand_over(const CachedView& slot, Superseded& view) {
 }
 
 const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
-  CachedView& slot = thread_views()[(reinterpret_cast<uintptr_t>(this) >> 6) % kCachedViews];
+  CachedView& view = thread_views().of(this);
   const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (slot.generation != generation || !slot.members) {
-    // An entry that another group left here (the cache is shared by address) is not
-    // this group's earlier view. One that a dead group at this address left is handed
-    // over all the same: waiting for its channels is harmless. A thread that alternates
-    // between two groups sharing an entry sees no change at all (each pick reloads the
-    // list): then nothing is handed over.
-    if (superseded && slot.members && slot.group == this) hand_over(slot, *superseded);
+  if (view.generation != generation || !view.members) {
+    // A view that a dead group at this address left is handed over all the same:
+    // waiting for its channels is harmless.
+    if (superseded && view.members) hand_over(view, *superseded);
     // The list loaded here is at least as new as `generation`: tagging it so can only
     // make this thread load it again later, never keep an older list.
-    slot.members = current();
-    slot.generation = generation;
-    slot.group = this;
+    view.members = current();
+    view.generation = generation;
   }
-  return *slot.members;
+  return *view.members;
 }
 
-bool SaGroup::take_retired_view(Superseded& view) {
-  for (CachedView& slot : thread_views()) {
-    if (!slot.members || !slot.members->retired.load(std::memory_order_acquire)) continue;
-    hand_over(slot, view);
-    slot = {};
-    return true;
-  }
-  return false;
+bool SaGroup::take_retired_view(Superseded& view, size_t& looks) {
+  CachedView retired;
+  if (!thread_views().take_retired(retired, looks)) return false;
+  hand_over(retired, view);
+  return true;
+}
+
+size_t SaGroup::thread_view_count() {
+  return thread_views().capacity();
 }
 
 std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {

@@ -79,12 +79,17 @@ class SaGroup {
                                    Superseded* superseded = nullptr) const;
   // Takes one of the calling thread's cached views that is no longer any group's current
   // one (a member was added, removed or rekeyed since, or the group is gone) and returns
-  // true; false when none is left. A cached view keeps its channels, and so their SAs and
-  // key schedules, alive: without this, the SA of a group that this thread stopped using
-  // would stay in memory until another group took the cache slot. The caller makes the
-  // view's packets leave first (Pipeline::release_retired_group_views), as a pick would
-  // have: a later pick of the group then finds no earlier view to hand over.
-  static bool take_retired_view(Superseded& view);
+  // true; false when none is left among the views looked at. A cached view keeps its
+  // channels, and so their SAs and key schedules, alive: without this, the SA of a group
+  // that this thread stopped using would stay in memory as long as the thread. The caller
+  // makes the view's packets leave first (Pipeline::release_retired_group_views), as a
+  // pick would have: a later pick of the group then finds no earlier view to hand over.
+  // `looks` bounds the views examined (a thread may hold thousands, one per tunnel) and is
+  // decremented per view; the next call goes on where this one stopped. With `looks` at
+  // least thread_view_count(), every retired view is found.
+  static bool take_retired_view(Superseded& view, size_t& looks);
+  // How many views the calling thread's cache can hold (its table's capacity).
+  static size_t thread_view_count();
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
@@ -126,12 +131,36 @@ class SaGroup {
   // A thread's copy of a group's list, tagged with the generation it was loaded at.
   struct CachedView {
     uint64_t generation = 0;
-    const SaGroup* group = nullptr;  // whose list this is: groups share cache entries
+    const SaGroup* group = nullptr;  // whose list this is (nullptr: the entry is free)
     std::shared_ptr<const Members> members;
   };
-  // Per thread, shared by address: a group's views sit in entry (address / 64) % size.
-  static constexpr size_t kCachedViews = 16;
-  static std::array<CachedView, kCachedViews>& thread_views();
+  // A thread's views, one per group it picked from, found by the group's address: open
+  // addressing with linear probing, at most half full, grown by doubling (so no
+  // allocation per packet). A view stays until take_retired_view lets go of it: one
+  // that another group pushed out, as a cache of fixed size did when two groups' addresses
+  // shared an entry, left no trace of the channels this thread had sent on, and its
+  // group's next change then moved flows without a fence (a gateway's reader picks from
+  // one group per tunnel, so with more than a handful of tunnels that was the rule).
+  class ThreadViews {
+   public:
+    // This thread's view of `group`, or a new empty one for it.
+    CachedView& of(const SaGroup* group);
+    // Looks at up to `looks` views from where the last look stopped; takes the first
+    // retired one out into `out`. A full round (`looks` >= capacity()) misses none.
+    bool take_retired(CachedView& out, size_t& looks);
+    size_t capacity() const { return entries_.size(); }
+    size_t size() const { return used_; }
+
+   private:
+    size_t home(const SaGroup* group) const;
+    CachedView& find_or_add(const SaGroup* group);  // past the home entry
+    void grow();
+    void erase(size_t index);  // backward shift: no tombstones to skip
+    std::vector<CachedView> entries_;
+    size_t used_ = 0;
+    size_t cursor_ = 0;  // where take_retired looks next
+  };
+  static ThreadViews& thread_views();
   // Moves `slot`'s list into `view` (its channels and a reference keeping them alive).
   static void hand_over(const CachedView& slot, Superseded& view);
   static std::shared_ptr<const Members> make_members(std::vector<Member> list);

@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "crypto/aead.h"
+#include "pipeline/channels.h"
 #include "pipeline/flow_hash.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
@@ -206,6 +208,80 @@ TEST(SaGroup, RekeyingAMemberMovesNoFlow) {
   group.set_member(2, nullptr);  // same member key, new SA
   EXPECT_EQ(assign(group, kFlows), before);
   EXPECT_EQ(group.size(), 4u);
+}
+
+class DiscardingSink final : public PacketSink {
+ public:
+  void deliver(std::span<Packet* const>) override {}
+};
+
+std::shared_ptr<OutboundChannel> test_channel(PacketSink& sink, uint32_t spi) {
+  return std::make_shared<OutboundChannel>(
+      std::make_shared<esp::OutboundSa>(
+          test::make_sa_config(crypto::AeadAlgorithm::aes_gcm_128, false, false, false, spi),
+          crypto::ipsec_mb_backend()),
+      sink, 64);
+}
+
+// A gateway's reader picks from one group per tunnel. However many groups it uses, each
+// group's next pick after a change hands over the view it replaced (the reader fences
+// on it), and once groups are gone their views are let go, every one by a full sweep and
+// all of them by bounded sweeps going round. A cache of 16 entries shared by address lost
+// the views that other groups pushed out: after a rekey their flows moved unfenced.
+TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
+  // A thread of its own: the views are per thread, and other tests leave theirs.
+  std::thread([] {
+    constexpr uint32_t kGroups = 300;
+    DiscardingSink sink;
+    std::vector<std::unique_ptr<SaGroup>> groups;
+    std::vector<std::shared_ptr<OutboundChannel>> first;
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      groups.push_back(std::make_unique<SaGroup>());
+      first.push_back(test_channel(sink, 0x100 + g));
+      groups.back()->set_member(1, first.back());
+    }
+    const auto packet = udp_flow(1000);
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      SaGroup::Superseded superseded;
+      EXPECT_EQ(groups[g]->pick_for_packet(packet, kSeed, &superseded), first[g].get());
+      EXPECT_TRUE(superseded.channels.empty()) << "a first pick has nothing to hand over";
+    }
+    for (uint32_t g = 0; g < kGroups; ++g)
+      groups[g]->set_member(1, test_channel(sink, 0x1000 + g));  // every member rekeyed
+    uint32_t handed_over = 0;
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      SaGroup::Superseded superseded;
+      EXPECT_NE(groups[g]->pick_for_packet(packet, kSeed, &superseded), first[g].get());
+      if (superseded.channels == std::vector<OutboundChannel*>{first[g].get()}) ++handed_over;
+    }
+    EXPECT_EQ(handed_over, kGroups) << "picks that handed over the view they replaced";
+
+    // The views hold the current lists: nothing is retired yet.
+    SaGroup::Superseded view;
+    size_t looks = SaGroup::thread_view_count();
+    EXPECT_GE(looks, size_t{kGroups});
+    EXPECT_FALSE(SaGroup::take_retired_view(view, looks));
+    // A third of the groups go: a full sweep takes exactly their views.
+    for (uint32_t g = 0; g < kGroups; g += 3) groups[g].reset();
+    looks = SaGroup::thread_view_count();
+    uint32_t taken = 0;
+    while (SaGroup::take_retired_view(view, looks)) ++taken;
+    EXPECT_EQ(taken, kGroups / 3);
+    // Another third: sweeps of 16 looks each, as many as a full round needs, take them all.
+    for (uint32_t g = 1; g < kGroups; g += 3) groups[g].reset();
+    taken = 0;
+    for (size_t sweep = 0; sweep < SaGroup::thread_view_count() / 16 + 1; ++sweep) {
+      looks = 16;
+      while (SaGroup::take_retired_view(view, looks)) ++taken;
+    }
+    EXPECT_EQ(taken, kGroups / 3);
+    // The last third is still picked from, as before the sweeps.
+    for (uint32_t g = 2; g < kGroups; g += 3) {
+      SaGroup::Superseded superseded;
+      EXPECT_NE(groups[g]->pick_for_packet(packet, kSeed, &superseded), nullptr);
+      EXPECT_TRUE(superseded.channels.empty());
+    }
+  }).join();
 }
 
 // Readers pick through their per-thread snapshot while a writer adds and removes a
