@@ -144,9 +144,10 @@ class Pipeline {
   // deleted group retired (SaGroup::take_retired_view), each after fence_outbound() on its
   // channels, so that a removed SA (and its key schedule) does not stay alive in a reader
   // that stopped using its group. A reader calls it when it goes idle (every view), and
-  // now and then under load with `max_looks` bounding the views it examines (one load
-  // each when nothing was retired; a thread holds one view per group it picked from),
-  // the next call going on where that one stopped.
+  // now and then under load with `max_looks` bounding the views it examines (a thread
+  // holds one view per group it picked from), the next call going on where that one
+  // stopped. While no group retired a list since the thread last looked at all its
+  // views, a call costs one atomic load.
   void release_retired_group_views(size_t max_looks = SIZE_MAX);
   uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
   uint64_t fence_timeouts() const { return fence_timeouts_.load(std::memory_order_relaxed); }

@@ -86,12 +86,23 @@ uint64_t SaGroup::next_generation() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<uint64_t>& SaGroup::retirements() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+
+void SaGroup::retire(const Members& members) {
+  members.retired.store(true, std::memory_order_release);
+  // After the flag: a sweep that reads the new count finds the flag set.
+  retirements().fetch_add(1, std::memory_order_acq_rel);
+}
+
 SaGroup::~SaGroup() {
-  members_->retired.store(true, std::memory_order_release);
+  retire(*members_);
 }
 
 void SaGroup::publish(std::shared_ptr<const Members> members) {
-  members_->retired.store(true, std::memory_order_release);
+  retire(*members_);
   members_ = std::move(members);
   // After the list: a reader that sees the new generation then loads the new list.
   generation_.store(next_generation(), std::memory_order_release);
@@ -148,7 +159,9 @@ void SaGroup::ThreadViews::grow() {
     while (entries_[i].group != nullptr) i = (i + 1) & (entries_.size() - 1);
     entries_[i] = std::move(view);
   }
+  // Positions changed: a round under way starts again at its next call.
   cursor_ = 0;
+  round_left_ = 0;
 }
 
 void SaGroup::ThreadViews::erase(size_t index) {
@@ -170,7 +183,15 @@ void SaGroup::ThreadViews::erase(size_t index) {
 }
 
 bool SaGroup::ThreadViews::take_retired(CachedView& out, size_t& looks) {
-  while (looks > 0 && !entries_.empty()) {
+  for (;;) {
+    if (round_left_ == 0) {
+      // Nothing retired since the last full round began: nothing to look for.
+      const uint64_t retired_so_far = retirements().load(std::memory_order_acquire);
+      if (retired_so_far == clean_through_ || entries_.empty()) return false;
+      round_start_ = retired_so_far;
+      round_left_ = entries_.size();
+    }
+    if (looks == 0) return false;
     cursor_ &= entries_.size() - 1;
     CachedView& view = entries_[cursor_];
     if (view.members && view.members->retired.load(std::memory_order_acquire)) {
@@ -183,8 +204,9 @@ bool SaGroup::ThreadViews::take_retired(CachedView& out, size_t& looks) {
     }
     --looks;
     ++cursor_;
+    // A whole round looked at every view: what was retired before it began is taken.
+    if (--round_left_ == 0) clean_through_ = round_start_;
   }
-  return false;
 }
 
 void SaGroup::hand_over(const CachedView& slot, Superseded& view) {

@@ -85,8 +85,10 @@ class SaGroup {
   // makes the view's packets leave first (Pipeline::release_retired_group_views), as a
   // pick would have: a later pick of the group then finds no earlier view to hand over.
   // `looks` bounds the views examined (a thread may hold thousands, one per tunnel) and is
-  // decremented per view; the next call goes on where this one stopped. With `looks` at
-  // least thread_view_count(), every retired view is found.
+  // decremented per view; the next call goes on where this one stopped. Calls sharing
+  // 2 * thread_view_count() looks find every view retired before the first of them; while
+  // no group retired a list since this thread last looked at all its views, a call costs
+  // one load.
   static bool take_retired_view(Superseded& view, size_t& looks);
   // How many views the calling thread's cache can hold (its table's capacity).
   static size_t thread_view_count();
@@ -146,7 +148,8 @@ class SaGroup {
     // This thread's view of `group`, or a new empty one for it.
     CachedView& of(const SaGroup* group);
     // Looks at up to `looks` views from where the last look stopped; takes the first
-    // retired one out into `out`. A full round (`looks` >= capacity()) misses none.
+    // retired one out into `out`. Calls with 2 * capacity() looks in all (the rest of a
+    // round under way, then a whole one) find every view retired before the first.
     bool take_retired(CachedView& out, size_t& looks);
     size_t capacity() const { return entries_.size(); }
     size_t size() const { return used_; }
@@ -158,8 +161,17 @@ class SaGroup {
     void erase(size_t index);  // backward shift: no tombstones to skip
     std::vector<CachedView> entries_;
     size_t used_ = 0;
-    size_t cursor_ = 0;  // where take_retired looks next
+    // Sweeps go round the table in rounds, a few views per call. A round begins only when
+    // lists were retired (retirements()) since the last full round began, so a sweep
+    // while nothing changed costs one load, however many views the thread holds.
+    size_t cursor_ = 0;           // where take_retired looks next
+    size_t round_left_ = 0;       // entries the current round has still to look at
+    uint64_t round_start_ = 0;    // retirements() when the current round began
+    uint64_t clean_through_ = 0;  // retirements() when the last full round began
   };
+  // Counts lists retired by any group (publish, ~SaGroup).
+  static std::atomic<uint64_t>& retirements();
+  static void retire(const Members& members);
   static ThreadViews& thread_views();
   // Moves `slot`'s list into `view` (its channels and a reference keeping them alive).
   static void hand_over(const CachedView& slot, Superseded& view);

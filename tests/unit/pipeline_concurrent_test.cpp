@@ -1104,7 +1104,7 @@ TEST(PipelineConcurrent, ReadersLetGoOfRemovedEcmpMembersTheyNoLongerPick) {
     // The live group's current view stays cached: no retired view is left, and the next
     // pick hands nothing over (its fence already happened).
     SaGroup::Superseded superseded;
-    size_t looks = SaGroup::thread_view_count();
+    size_t looks = 2 * SaGroup::thread_view_count();
     EXPECT_FALSE(SaGroup::take_retired_view(superseded, looks));
     const auto bytes = tagged_packet(0, 1);
     EXPECT_EQ(group->pick_for_packet(bytes, 42, &superseded), channel_a.get());

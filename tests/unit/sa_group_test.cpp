@@ -258,19 +258,23 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
 
     // The views hold the current lists: nothing is retired yet.
     SaGroup::Superseded view;
-    size_t looks = SaGroup::thread_view_count();
-    EXPECT_GE(looks, size_t{kGroups});
+    size_t looks = 2 * SaGroup::thread_view_count();
+    EXPECT_GE(SaGroup::thread_view_count(), size_t{kGroups});
     EXPECT_FALSE(SaGroup::take_retired_view(view, looks));
     // A third of the groups go: a full sweep takes exactly their views.
     for (uint32_t g = 0; g < kGroups; g += 3) groups[g].reset();
-    looks = SaGroup::thread_view_count();
+    looks = 2 * SaGroup::thread_view_count();
     uint32_t taken = 0;
     while (SaGroup::take_retired_view(view, looks)) ++taken;
     EXPECT_EQ(taken, kGroups / 3);
+    // Nothing retired since that round: the next sweep looks at no view.
+    size_t idle_looks = 5;
+    EXPECT_FALSE(SaGroup::take_retired_view(view, idle_looks));
+    EXPECT_EQ(idle_looks, 5u);
     // Another third: sweeps of 16 looks each, as many as a full round needs, take them all.
     for (uint32_t g = 1; g < kGroups; g += 3) groups[g].reset();
     taken = 0;
-    for (size_t sweep = 0; sweep < SaGroup::thread_view_count() / 16 + 1; ++sweep) {
+    for (size_t sweep = 0; sweep < 2 * SaGroup::thread_view_count() / 16; ++sweep) {
       looks = 16;
       while (SaGroup::take_retired_view(view, looks)) ++taken;
     }
