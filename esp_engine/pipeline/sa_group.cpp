@@ -13,12 +13,12 @@ void SaGroup::set_member(uint64_t member_key, std::shared_ptr<OutboundChannel> c
   for (auto& member : next) {
     if (member.key == member_key) {
       member.channel = std::move(channel);
-      publish(make_members(std::move(next)));
+      publish(std::move(next));
       return;
     }
   }
   next.push_back({member_key, mix64(member_key ^ 0x9e3779b97f4a7c15ull), std::move(channel)});
-  publish(make_members(std::move(next)));
+  publish(std::move(next));
 }
 
 bool SaGroup::remove_member(uint64_t member_key) {
@@ -33,12 +33,14 @@ bool SaGroup::remove_member(uint64_t member_key, const OutboundChannel* channel)
     return m.key == member_key && (!channel || m.channel.get() == channel);
   });
   if (next.size() == before) return false;
-  publish(make_members(std::move(next)));
+  publish(std::move(next));
   return true;
 }
 
-std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member> list) {
+std::shared_ptr<const SaGroup::Members> SaGroup::make_members(std::vector<Member> list,
+                                                              uint64_t generation) {
   auto members = std::make_shared<Members>();
+  members->generation = generation;
   // Positions + 1 must fit the entry's low bits. make_unique<T[]> value-initializes, and
   // a value-initialized std::atomic holds 0 (C++20): every entry starts empty.
   if (list.size() >= kChoiceTableFrom && list.size() <= kChoiceTableMaxMembers)
@@ -101,11 +103,13 @@ SaGroup::~SaGroup() {
   retire(*members_);
 }
 
-void SaGroup::publish(std::shared_ptr<const Members> members) {
+void SaGroup::publish(std::vector<Member> list) {
+  const uint64_t generation = next_generation();
+  std::shared_ptr<const Members> members = make_members(std::move(list), generation);
   retire(*members_);
   members_ = std::move(members);
   // After the list: a reader that sees the new generation then loads the new list.
-  generation_.store(next_generation(), std::memory_order_release);
+  generation_.store(generation, std::memory_order_release);
 }
 
 std::shared_ptr<const SaGroup::Members> SaGroup::current() const {
@@ -141,8 +145,8 @@ SaGroup::CachedView& SaGroup::ThreadViews::find_or_add(const SaGroup* group) {
       if (entries_[i].group == nullptr) break;
     }
   }
-  // Not here: a new entry, in a table at most half full once it is in.
-  if (2 * (used_ + 1) > entries_.size()) grow();
+  // Not here: a new entry, in a table at most three quarters full once it is in.
+  if (4 * (used_ + 1) > 3 * entries_.size()) grow();
   size_t i = home(group);
   while (entries_[i].group != nullptr) i = (i + 1) & (entries_.size() - 1);
   ++used_;
@@ -219,14 +223,13 @@ void SaGroup::hand_over(const CachedView& slot, Superseded& view) {
 const SaGroup::Members& SaGroup::snapshot(Superseded* superseded) const {
   CachedView& view = thread_views().of(this);
   const uint64_t generation = generation_.load(std::memory_order_acquire);
-  if (view.generation != generation || !view.members) {
+  if (!view.members || view.members->generation != generation) {
     // A view that a dead group at this address left is handed over all the same:
     // waiting for its channels is harmless.
     if (superseded && view.members) hand_over(view, *superseded);
-    // The list loaded here is at least as new as `generation`: tagging it so can only
-    // make this thread load it again later, never keep an older list.
+    // At least as new as `generation` (a change may have come since): a newer list
+    // matches the generation the next pick loads.
     view.members = current();
-    view.generation = generation;
   }
   return *view.members;
 }

@@ -47,7 +47,9 @@ class SaGroup {
   // (0: none, each member has only its own).
   explicit SaGroup(uint64_t in_flight_limit = 0)
       : budget_(in_flight_limit ? std::make_shared<InFlightBudget>(in_flight_limit) : nullptr),
-        generation_(next_generation()) {}
+        generation_(next_generation()) {
+    members_ = make_members({}, generation_.load(std::memory_order_relaxed));
+  }
   ~SaGroup();
   SaGroup(const SaGroup&) = delete;
   SaGroup& operator=(const SaGroup&) = delete;
@@ -116,6 +118,9 @@ class SaGroup {
     std::array<std::atomic<uint64_t>, kChoiceWays> ways;
   };
   struct Members {
+    // The group's generation_ when this list was published: a thread's copy is current
+    // while the two match.
+    uint64_t generation = 0;
     std::vector<Member> list;
     // Choices made for this list, or null: 512 buckets of 8 entries, each bucket one
     // cache line, so a lookup reads one line and a flow is evicted only when 9 of the
@@ -130,14 +135,13 @@ class SaGroup {
     // of it are then only kept for the ordering fence (take_retired_view).
     mutable std::atomic<bool> retired{false};
   };
-  // A thread's copy of a group's list, tagged with the generation it was loaded at.
+  // A thread's copy of a group's list (24 bytes: a gateway's reader keeps one per tunnel).
   struct CachedView {
-    uint64_t generation = 0;
     const SaGroup* group = nullptr;  // whose list this is (nullptr: the entry is free)
     std::shared_ptr<const Members> members;
   };
   // A thread's views, one per group it picked from, found by the group's address: open
-  // addressing with linear probing, at most half full, grown by doubling (so no
+  // addressing with linear probing, at most 3/4 full, grown by doubling (so no
   // allocation per packet). A view stays until take_retired_view lets go of it: one
   // that another group pushed out, as a cache of fixed size did when two groups' addresses
   // shared an entry, left no trace of the channels this thread had sent on, and its
@@ -175,15 +179,15 @@ class SaGroup {
   static ThreadViews& thread_views();
   // Moves `slot`'s list into `view` (its channels and a reference keeping them alive).
   static void hand_over(const CachedView& slot, Superseded& view);
-  static std::shared_ptr<const Members> make_members(std::vector<Member> list);
+  static std::shared_ptr<const Members> make_members(std::vector<Member> list, uint64_t generation);
   static const Member* choose(const Members& members, uint64_t flow_hash);
   static const Member* score(const std::vector<Member>& list, uint64_t flow_hash);
   // This thread's snapshot of the members; valid until its next snapshot of any group.
   // When it replaces an earlier snapshot of this group and `superseded` is given, the
   // earlier one goes there.
   const Members& snapshot(Superseded* superseded = nullptr) const;
-  // Publishes a new member list (under lock_).
-  void publish(std::shared_ptr<const Members> members);
+  // Publishes a new member list with a new generation (under lock_).
+  void publish(std::vector<Member> list);
   // Unique across all groups, so a group created where a dead one lived never matches
   // the dead one's cached snapshots.
   static uint64_t next_generation();
@@ -193,7 +197,7 @@ class SaGroup {
   // generation moved since its snapshot. (Not std::atomic<std::shared_ptr>: libstdc++ 12
   // locks it on every load all the same, and TSan cannot see that lock.)
   mutable std::mutex lock_;
-  std::shared_ptr<const Members> members_ = make_members({});
+  std::shared_ptr<const Members> members_;  // set in the constructor, with its generation
   // The current list (under lock_), shared by the caller.
   std::shared_ptr<const Members> current() const;
   std::atomic<uint64_t> generation_;  // changes after every publish
