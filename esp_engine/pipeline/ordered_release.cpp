@@ -114,6 +114,11 @@ void OrderedRelease::flush(PacketSink& sink, PacketPool& pool) {
   drain(sink, pool);
 }
 
+bool OrderedRelease::delivering() const {
+  std::lock_guard guard(lock_);
+  return draining_ || !pending_.empty();
+}
+
 ReorderStats OrderedRelease::stats() const {
   std::lock_guard guard(lock_);
   return buffer_.stats();

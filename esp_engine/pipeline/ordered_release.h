@@ -64,8 +64,13 @@ class alignas(64) OrderedRelease {
                        PacketPool& pool);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
-  // Delivers everything held, skipping every gap.
+  // Delivers everything held, skipping every gap. While another thread delivers, what
+  // was held is left to it (it delivers what became ready before it stops): then the
+  // packets are still on their way when this returns (see delivering()).
   void flush(PacketSink& sink, PacketPool& pool);
+  // Whether a thread is delivering, or released packets wait for it: staged packets that
+  // are not held behind a gap have not all reached the sink yet.
+  bool delivering() const;
 
   ReorderStats stats() const;
   size_t held() const;

@@ -362,8 +362,18 @@ void Pipeline::fence_inbound(InboundChannel& channel) {
     // before this new one has been read, and those sent after it have higher numbers.
     // Their hold time would make the new SA's packets wait as long. Not after a timeout:
     // then the numbers may still be in crypto.
-    if (fence([&] { return predecessor->packets_in_crypto() == 0; }))
-      predecessor->release().flush(predecessor->sink(), pool_);
+    bool flushed = false;
+    fence([&] {
+      if (!flushed) {
+        if (predecessor->packets_in_crypto() != 0) return false;
+        predecessor->release().flush(predecessor->sink(), pool_);
+        flushed = true;
+      }
+      // Out of crypto means staged, not delivered: a worker may still be handing the old
+      // SA's last packets to the sink (and flush() leaves what it released to that
+      // worker). Until it is done, the new SA's packets could overtake them.
+      return !predecessor->release().delivering();
+    });
   }
   channel.awaiting_predecessor_.store(false, std::memory_order_relaxed);
 }

@@ -823,6 +823,81 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
   EXPECT_EQ(overtaken, 0u) << "packets overtaken by a later packet of their flow";
 }
 
+// The old SA's last packets are out of crypto (staged) but a worker is still handing them
+// to the sink when the new SA's first packet comes: the fence waits for that delivery to
+// end, not only for the crypto. Waiting for the crypto alone let the new SA's packets
+// overtake them (the test above failed that way in about 1 run of 50 under TSan).
+TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
+  constexpr uint32_t kPerSa = 8;
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 256;
+  config.fence_limit = std::chrono::seconds(10);
+  OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
+  // The old SA's sink: its first delivery takes a while (a slow TUN write).
+  class SlowFirstDelivery final : public PacketSink {
+   public:
+    explicit SlowFirstDelivery(PacketSink& next) : next_(next) {}
+    void deliver(std::span<Packet* const> packets) override {
+      if (!entered.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      next_.deliver(packets);
+    }
+    std::atomic<bool> entered{false};
+
+   private:
+    PacketSink& next_;
+  } slow(lan);
+  const auto old_config =
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6A0);
+  const auto new_config =
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6A1);
+  std::vector<std::vector<uint8_t>> old_wire, new_wire;
+  uint32_t counter = 0;
+  for (auto [sa_config, wire] : {std::pair{&old_config, &old_wire}, {&new_config, &new_wire}}) {
+    esp::OutboundSa sender(*sa_config, crypto::ipsec_mb_backend());
+    for (uint32_t i = 0; i < kPerSa; ++i) {
+      esp::PacketBuffer buffer;
+      buffer.assign(tagged_packet(0, ++counter));  // one flow, moving to the new SA
+      ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      wire->emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+    }
+  }
+  uint64_t fences = 0, fence_timeouts = 0;
+  {
+    Pipeline pipeline(config);
+    auto old_channel = pipeline.add_inbound(
+        std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), slow);
+    pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
+                         lan, old_channel);
+    std::thread reader([&] {
+      pipeline.hand_over_in_batches();
+      auto submit_all = [&](const std::vector<std::vector<uint8_t>>& wire) {
+        for (const auto& bytes : wire) {
+          Packet* p = acquire_blocking(pipeline);
+          p->buffer.assign(bytes);
+          EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
+        }
+        pipeline.complete_submitted();
+      };
+      submit_all(old_wire);
+      // A worker now delivers the old SA's packets, slowly.
+      ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
+      submit_all(new_wire);
+    });
+    reader.join();
+    ASSERT_TRUE(
+        wait_for([&] { return lan.order().size() == 2 * kPerSa; }, std::chrono::seconds(10)));
+    pipeline.wait_idle();
+    fences = pipeline.fences();
+    fence_timeouts = pipeline.fence_timeouts();
+  }
+  EXPECT_EQ(fences, 1u);
+  EXPECT_EQ(fence_timeouts, 0u);
+  const auto order = lan.order();
+  for (size_t i = 0; i < order.size(); ++i)
+    EXPECT_EQ(order[i].second, i + 1) << "packet " << i << " of the flow out of order";
+}
+
 TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   PipelineConfig config;
   config.workers = 2;
