@@ -61,7 +61,11 @@ class SaGroup {
   // Removes the member only while `channel` is still its channel: an old SA that expires
   // after a rekey gave its slot to the new one must not take the new one out.
   bool remove_member(uint64_t member_key, const OutboundChannel* channel);
-  // The member for a flow, or nullptr when the group is empty.
+  // The member for a flow, or nullptr when the group is empty. Like every pick, it leaves
+  // the calling thread a view of the group, which keeps the group's channels (and their
+  // key schedules) alive after they are removed, until the thread lets go of retired
+  // views: a long-lived thread that picks must call Pipeline::release_retired_group_views
+  // now and then, as the gateway's TUN readers do.
   std::shared_ptr<OutboundChannel> pick(uint64_t flow_hash) const;
   // A thread's previous view of the group, handed over when membership changed since its
   // last pick: flows may now map to other channels than those it used, and the packets it
