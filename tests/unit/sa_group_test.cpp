@@ -271,7 +271,8 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
     size_t idle_looks = 5;
     EXPECT_FALSE(SaGroup::take_retired_view(view, idle_looks));
     EXPECT_EQ(idle_looks, 5u);
-    // Another third: sweeps of 16 looks each, as many as a full round needs, take them all.
+    // Another third: sweeps of 16 looks each, enough for the rest of a round and a whole
+    // one, take them all.
     for (uint32_t g = 1; g < kGroups; g += 3) groups[g].reset();
     taken = 0;
     for (size_t sweep = 0; sweep < 2 * SaGroup::thread_view_count() / 16; ++sweep) {
