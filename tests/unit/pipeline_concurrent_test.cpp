@@ -758,8 +758,10 @@ TEST(PipelineConcurrent, FlowsOfTwoReadersKeepTheirOrderWhileAnEcmpGroupChangesR
 // A peer rekeys nine times: each flow's packets come on one SA, then on its successor.
 // With workers, a batch of the new SA's packets could be decrypted and delivered while
 // the old SA's last batch is still in crypto. Each new channel names its predecessor, and
-// the reader's first packet of it waits for the old one's packets in flight.
-TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
+// the reader's first packet of it waits for the old one's packets in flight. With
+// `slow_sink`, deliveries also take random time (a busy TUN device), which widens the
+// window in which a worker is still handing an old SA's packets over.
+void run_inbound_rekeys(bool slow_sink) {
   constexpr uint32_t kFlows = 16, kSas = 10, kPacketsPerSa = 480;
   PipelineConfig config;
   config.workers = 3;
@@ -769,6 +771,19 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
   config.before_crypto = random_delay;
   config.fence_limit = std::chrono::seconds(60);  // the fence alone must keep the order
   OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
+  class RandomlySlowSink final : public PacketSink {
+   public:
+    explicit RandomlySlowSink(PacketSink& next) : next_(next) {}
+    void deliver(std::span<Packet* const> packets) override {
+      thread_local std::mt19937 rng(std::random_device{}());
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100));
+      next_.deliver(packets);
+    }
+
+   private:
+    PacketSink& next_;
+  } slow(lan);
+  PacketSink& sink = slow_sink ? static_cast<PacketSink&>(slow) : lan;
   std::vector<std::vector<uint8_t>> wire;
   std::vector<uint32_t> counter(kFlows, 0);
   std::vector<esp::SaConfig> configs;
@@ -791,7 +806,7 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
     std::vector<std::shared_ptr<InboundChannel>> channels;
     for (const auto& sa_config : configs) {
       channels.push_back(pipeline.add_inbound(
-          std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), lan, previous));
+          std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), sink, previous));
       previous = channels.back();
     }
     std::thread reader([&] {
@@ -827,6 +842,15 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
 // to the sink when the new SA's first packet comes: the fence waits for that delivery to
 // end, not only for the crypto. Waiting for the crypto alone let the new SA's packets
 // overtake them (the test above failed that way in about 1 run of 50 under TSan).
+
+TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
+  run_inbound_rekeys(false);
+}
+
+TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnesDeliveredSlowly) {
+  run_inbound_rekeys(true);
+}
+
 TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
   constexpr uint32_t kPerSa = 8;
   PipelineConfig config;
