@@ -346,8 +346,7 @@ void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
 
 void Pipeline::release_retired_group_views(size_t max_looks) {
   SaGroup::Superseded view;
-  // At most the rest of a round under way and a whole one (SaGroup::take_retired_view).
-  size_t looks = std::min(max_looks, 2 * SaGroup::thread_view_count());
+  size_t looks = std::min(max_looks, SaGroup::full_sweep_looks());
   while (SaGroup::take_retired_view(view, looks)) {
     // A pick of the group would have fenced on this view; it will not find it now.
     fence_outbound(view.channels);

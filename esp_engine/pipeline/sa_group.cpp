@@ -241,8 +241,8 @@ bool SaGroup::take_retired_view(Superseded& view, size_t& looks) {
   return true;
 }
 
-size_t SaGroup::thread_view_count() {
-  return thread_views().capacity();
+size_t SaGroup::full_sweep_looks() {
+  return 2 * thread_views().capacity();
 }
 
 std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {

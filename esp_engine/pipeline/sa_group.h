@@ -92,12 +92,13 @@ class SaGroup {
   // pick would have: a later pick of the group then finds no earlier view to hand over.
   // `looks` bounds the views examined (a thread may hold thousands, one per tunnel) and is
   // decremented per view; the next call goes on where this one stopped. Calls sharing
-  // 2 * thread_view_count() looks find every view retired before the first of them; while
-  // no group retired a list since this thread last looked at all its views, a call costs
-  // one load.
+  // full_sweep_looks() looks find every view retired before the first of them; while no
+  // group retired a list since this thread last looked at all its views, a call costs one
+  // load.
   static bool take_retired_view(Superseded& view, size_t& looks);
-  // How many views the calling thread's cache can hold (its table's capacity).
-  static size_t thread_view_count();
+  // Looks that take every view of the calling thread retired so far: the rest of a round
+  // under way and a whole one (twice its table's capacity).
+  static size_t full_sweep_looks();
   // The member key a flow maps to (for tests and status); 0 when empty.
   uint64_t pick_key(uint64_t flow_hash) const;
   size_t size() const;
@@ -160,7 +161,6 @@ class SaGroup {
     // round under way, then a whole one) find every view retired before the first.
     bool take_retired(CachedView& out, size_t& looks);
     size_t capacity() const { return entries_.size(); }
-    size_t size() const { return used_; }
 
    private:
     size_t home(const SaGroup* group) const;

@@ -671,18 +671,10 @@ void run_flows_through_membership_changes(bool run_to_completion, uint32_t reade
           SaGroup::Superseded superseded;
           OutboundChannel* channel = group.pick_for_packet(p->buffer.bytes(), 42, &superseded);
           if (!superseded.channels.empty()) pipeline.fence_outbound(superseded.channels);
-          // Wait rather than be refused as queue-full: every packet must reach the wire.
-          auto full = [&] {
-            const InFlightBudget* budget = channel->budget();
-            return channel->in_flight() >= channel->max_in_flight() ||
-                   (budget && budget->in_flight.load() >= budget->limit);
-          };
-          while (full()) {
-            pipeline.complete_submitted();
-            std::this_thread::yield();
-          }
+          // Every packet must reach the wire: a queue-full refusal (the SA's or the
+          // group's bound; the refused packet went back to the pool) is retried once this
+          // reader's batch has moved on.
           esp::DropReason reason;
-          // Another reader may take the last place between the look and the submission.
           while ((reason = pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit)) ==
                  esp::DropReason::queue_full) {
             pipeline.complete_submitted();
@@ -1203,7 +1195,7 @@ TEST(PipelineConcurrent, ReadersLetGoOfRemovedEcmpMembersTheyNoLongerPick) {
     // The live group's current view stays cached: no retired view is left, and the next
     // pick hands nothing over (its fence already happened).
     SaGroup::Superseded superseded;
-    size_t looks = 2 * SaGroup::thread_view_count();
+    size_t looks = SaGroup::full_sweep_looks();
     EXPECT_FALSE(SaGroup::take_retired_view(superseded, looks));
     const auto bytes = tagged_packet(0, 1);
     EXPECT_EQ(group->pick_for_packet(bytes, 42, &superseded), channel_a.get());

@@ -258,12 +258,12 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
 
     // The views hold the current lists: nothing is retired yet.
     SaGroup::Superseded view;
-    size_t looks = 2 * SaGroup::thread_view_count();
-    EXPECT_GE(SaGroup::thread_view_count(), size_t{kGroups});
+    size_t looks = SaGroup::full_sweep_looks();
+    EXPECT_GE(looks, size_t{2 * kGroups});
     EXPECT_FALSE(SaGroup::take_retired_view(view, looks));
     // A third of the groups go: a full sweep takes exactly their views.
     for (uint32_t g = 0; g < kGroups; g += 3) groups[g].reset();
-    looks = 2 * SaGroup::thread_view_count();
+    looks = SaGroup::full_sweep_looks();
     uint32_t taken = 0;
     while (SaGroup::take_retired_view(view, looks)) ++taken;
     EXPECT_EQ(taken, kGroups / 3);
@@ -275,7 +275,7 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
     // one, take them all.
     for (uint32_t g = 1; g < kGroups; g += 3) groups[g].reset();
     taken = 0;
-    for (size_t sweep = 0; sweep < 2 * SaGroup::thread_view_count() / 16; ++sweep) {
+    for (size_t sweep = 0; sweep < SaGroup::full_sweep_looks() / 16; ++sweep) {
       looks = 16;
       while (SaGroup::take_retired_view(view, looks)) ++taken;
     }
