@@ -26,15 +26,25 @@
 namespace espgw::test {
 
 struct PublishedEspVector {
-  const char* name;            // e.g. "draft-mcgrew-gcm-test-01 case 2"
-  const char* algorithm;       // "aes-gcm-128", "aes-gcm-256" or "chacha20-poly1305"
-  const char* key_hex;         // cipher key followed by the 4-byte salt, as strongSwan hands it over (20, 36 or 36 bytes)
+  // e.g. "draft-mcgrew-gcm-test-01 case 2"
+  const char* name;
+  // "aes-gcm-128", "aes-gcm-256" or "chacha20-poly1305"
+  const char* algorithm;
+  // The cipher key followed by the 4-byte salt, as strongSwan hands it over (20 bytes for
+  // AES-128, 36 for AES-256 and ChaCha20).
+  const char* key_hex;
   uint32_t spi;
-  uint64_t seq;                // full 64-bit sequence number (high 32 bits nonzero only for ESN cases)
-  bool esn;                    // true when the AAD is SPI || seq-high || seq-low (12 bytes)
-  const char* iv_hex;          // the 8-byte explicit IV carried in the packet
-  const char* plaintext_hex;   // what gets encrypted: inner packet + padding + pad length + next header
-  const char* esp_packet_hex;  // the ESP packet as on the wire after the outer IP header: SPI, seq-low, IV, ciphertext, 16-byte ICV
+  // The full 64-bit sequence number (high 32 bits nonzero only for ESN cases).
+  uint64_t seq;
+  // True when the AAD is SPI || seq-high || seq-low (12 bytes).
+  bool esn;
+  // The 8-byte explicit IV carried in the packet.
+  const char* iv_hex;
+  // What gets encrypted: inner packet + padding + pad length + next header.
+  const char* plaintext_hex;
+  // The ESP packet as on the wire after the outer IP header: SPI, seq-low, IV,
+  // ciphertext, 16-byte ICV.
+  const char* esp_packet_hex;
 };
 
 inline constexpr PublishedEspVector kPublishedEspVectors[] = {
