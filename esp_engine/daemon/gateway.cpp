@@ -413,19 +413,23 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   fresh->from_charon = from_charon;
   socket_for(entry.config);  // make sure the socket it arrives on exists
   fresh->sa = std::make_shared<esp::InboundSa>(entry.config, backend);
-  // A rekey installs the new inbound SA while the old one still receives: the newest
-  // earlier SA of the same CHILD_SA (charon's slot) is its predecessor, whose packets in
-  // flight the new SA's first packets must not overtake. (A scan of integers, per
-  // install of a charon SA; static SAs have no slot.)
-  std::shared_ptr<pipeline::InboundChannel> predecessor;
-  const InboundEntry* newest = nullptr;
+  // A rekey installs the new inbound SA while the old one still receives: the earlier SAs
+  // of the same CHILD_SA (charon's slot) are its predecessors, whose packets in flight the
+  // new SA's first packets must not overtake. All of them, oldest first: after a rekey
+  // collision both sides' new SAs are installed, and the newest earlier SA may be the
+  // redundant one, which carries nothing while the old one still has packets in flight.
+  // (A scan of integers, per install of a charon SA; static SAs have no slot.)
+  std::vector<const InboundEntry*> earlier;
   if (entry.group_slot != 0)
     for (const auto& [other_key, other] : inbound_)
-      if (other->entry.reqid == entry.reqid && other->entry.group_slot == entry.group_slot &&
-          (!newest || other->lifetime.added_at >= newest->lifetime.added_at))
-        newest = other.get();
-  if (newest) predecessor = newest->channel;
-  fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_, predecessor);
+      if (other->entry.reqid == entry.reqid && other->entry.group_slot == entry.group_slot)
+        earlier.push_back(other.get());
+  std::stable_sort(earlier.begin(), earlier.end(), [](const auto* a, const auto* b) {
+    return a->lifetime.added_at < b->lifetime.added_at;
+  });
+  std::vector<std::shared_ptr<pipeline::InboundChannel>> predecessors;
+  for (const InboundEntry* other : earlier) predecessors.push_back(other->channel);
+  fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_, predecessors);
   if (!fresh->channel) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
     return false;

@@ -29,12 +29,12 @@ size_t OutboundChannel::in_flight() const {
 
 InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
                                size_t reorder_capacity, uint64_t hold_ns,
-                               std::weak_ptr<InboundChannel> predecessor)
+                               std::vector<std::weak_ptr<InboundChannel>> predecessors)
     : sa_(std::move(sa)),
       sink_(sink),
-      // Read before predecessor_ takes the pointer over (declared after it).
-      awaiting_predecessor_(!predecessor.expired()),
-      predecessor_(std::move(predecessor)),
+      // Read before predecessors_ takes the list over (declared after it).
+      awaiting_predecessor_(!predecessors.empty()),
+      predecessors_(std::move(predecessors)),
       // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
       release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_) {}
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "esp/security_association.h"
 #include "pipeline/ordered_release.h"
@@ -60,13 +61,14 @@ class OutboundChannel {
 // owning reference, from the packet's plain pointer.
 class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
  public:
-  // `predecessor`: the channel of the SA this one replaces (the same CHILD_SA, rekeyed),
-  // if any. The peer sends a flow's packets on the old SA, then on the new one; the first
-  // reader to submit a packet of this channel first lets what the predecessor has in
-  // flight leave (Pipeline::submit_inbound), so that the new SA's packets do not overtake
-  // the old one's.
+  // `predecessors`: the channels of the SAs this one replaces (the same CHILD_SA, rekeyed),
+  // oldest first; usually one, more when a rekey collided and both sides' new SAs were
+  // installed. The peer sends a flow's packets on an old SA, then on the new one; the
+  // first reader to submit a packet of this channel first lets what every predecessor has
+  // in flight leave (Pipeline::submit_inbound), so that the new SA's packets do not
+  // overtake the old ones'.
   InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink, size_t reorder_capacity,
-                 uint64_t hold_ns, std::weak_ptr<InboundChannel> predecessor = {});
+                 uint64_t hold_ns, std::vector<std::weak_ptr<InboundChannel>> predecessors = {});
 
   esp::InboundSa& sa() { return *sa_; }
   uint32_t spi() const { return sa_->config().spi; }
@@ -84,7 +86,7 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
   std::atomic<bool> timer_scheduled_{false};
   // Set while a predecessor may have packets in flight that no reader has waited for.
   std::atomic<bool> awaiting_predecessor_;
-  const std::weak_ptr<InboundChannel> predecessor_;
+  const std::vector<std::weak_ptr<InboundChannel>> predecessors_;
   OrderedRelease release_;
 };
 

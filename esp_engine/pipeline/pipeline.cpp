@@ -166,12 +166,15 @@ std::shared_ptr<OutboundChannel> Pipeline::make_outbound(std::shared_ptr<esp::Ou
 
 std::shared_ptr<InboundChannel> Pipeline::add_inbound(
     std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
-    const std::shared_ptr<InboundChannel>& predecessor) {
+    std::span<const std::shared_ptr<InboundChannel>> predecessors) {
   const uint64_t hold_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(config_.reorder_hold).count());
+  std::vector<std::weak_ptr<InboundChannel>> weak;
+  for (const auto& predecessor : predecessors)
+    if (predecessor) weak.emplace_back(predecessor);
   auto channel = reclaimed_by(
       std::weak_ptr(reclaimer_),
-      new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns, predecessor));
+      new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns, std::move(weak)));
   return inbound_.add(channel) ? channel : nullptr;
 }
 
@@ -355,8 +358,14 @@ void Pipeline::release_retired_group_views(size_t max_looks) {
 }
 
 void Pipeline::fence_inbound(InboundChannel& channel) {
-  if (const std::shared_ptr<InboundChannel> predecessor = channel.predecessor_.lock()) {
-    // What the old SA holds then waits behind numbers that were lost: the peer sends an
+  // Every predecessor, not only the newest: when both peers rekeyed at once, both new SAs
+  // are installed, and the newest SA before the one that carries on may be the redundant
+  // one, which never carries a packet; the old SA is the one with packets in flight.
+  std::vector<std::shared_ptr<InboundChannel>> predecessors;
+  for (const auto& weak : channel.predecessors_)
+    if (auto predecessor = weak.lock()) predecessors.push_back(std::move(predecessor));
+  if (!predecessors.empty()) {
+    // What an old SA holds then waits behind numbers that were lost: the peer sends an
     // SA's packets in sequence order and one reader reads them, so every old packet sent
     // before this new one has been read, and those sent after it have higher numbers.
     // Their hold time would make the new SA's packets wait as long. Not after a timeout:
@@ -364,14 +373,18 @@ void Pipeline::fence_inbound(InboundChannel& channel) {
     bool flushed = false;
     fence([&] {
       if (!flushed) {
-        if (predecessor->packets_in_crypto() != 0) return false;
-        predecessor->release().flush(predecessor->sink(), pool_);
+        for (const auto& predecessor : predecessors)
+          if (predecessor->packets_in_crypto() != 0) return false;
+        for (const auto& predecessor : predecessors)  // oldest first, as the peer sent them
+          predecessor->release().flush(predecessor->sink(), pool_);
         flushed = true;
       }
-      // Out of crypto means staged, not delivered: a worker may still be handing the old
+      // Out of crypto means staged, not delivered: a worker may still be handing an old
       // SA's last packets to the sink (and flush() leaves what it released to that
       // worker). Until it is done, the new SA's packets could overtake them.
-      return !predecessor->release().delivering();
+      for (const auto& predecessor : predecessors)
+        if (predecessor->release().delivering()) return false;
+      return true;
     });
   }
   channel.awaiting_predecessor_.store(false, std::memory_order_relaxed);

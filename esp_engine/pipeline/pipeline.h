@@ -98,12 +98,12 @@ class Pipeline {
                                                  PacketSink& sink,
                                                  std::shared_ptr<void> keep_alive = {});
   // Registers an inbound SA; its packets are found by SPI. Null if the SPI is taken.
-  // `predecessor`: the channel of the SA it replaces (a rekey of the same CHILD_SA); the
-  // first reader to submit a packet of the new SA waits until the predecessor's packets
-  // in flight have left (see InboundChannel).
+  // `predecessors`: the channels of the SAs it replaces (rekeys of the same CHILD_SA),
+  // oldest first; the first reader to submit a packet of the new SA waits until their
+  // packets in flight have left (see InboundChannel).
   std::shared_ptr<InboundChannel> add_inbound(
       std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
-      const std::shared_ptr<InboundChannel>& predecessor = nullptr);
+      std::span<const std::shared_ptr<InboundChannel>> predecessors = {});
   // Unregisters an SA and delivers what it holds. Packets still in flight finish normally.
   bool remove_inbound(uint32_t spi);
   bool has_inbound(uint32_t spi) const { return inbound_.find(spi) != nullptr; }
@@ -187,8 +187,9 @@ class Pipeline {
 
   void enqueue(Packet* packet);
   // The first packet of a rekeyed SA's channel: completes this thread's batch, waits until
-  // the predecessor has nothing in crypto (bounded by fence_limit), then delivers what it
-  // holds behind gaps: the new SA's packets come after all of those.
+  // its predecessors have nothing in crypto (bounded by fence_limit), then delivers what
+  // they hold behind gaps, and waits until no worker is still delivering theirs: the new
+  // SA's packets come after all of those.
   void fence_inbound(InboundChannel& channel);
   // Both fences: completes this thread's batch, then helps process (or yields) until
   // `done` holds or fence_limit passes. Counts the fence, and a timeout (then false).

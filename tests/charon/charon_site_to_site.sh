@@ -11,6 +11,10 @@
 #   chacha-raw  ChaCha20-Poly1305 over raw ESP (encap = no), the same checks
 #   rekey       rekey_time = 20s while TCP and ping run for 45 s: make-before-break
 #               rekeys lose nothing (0 TCP retransmits, 0 pings lost, no ESP drops)
+#   rekey-collision
+#               the same with rand_time = 0s on both sides, so that both rekey each
+#               CHILD_SA at once (charon resolves the collision, both new inbound SAs
+#               are installed for a while): no loss and no reordering either
 #   restart     espgw restarts under charon: the plugin re-installs the SAs and charon
 #               rekeys them; charon restarts: espgw removes the stale SAs and routes
 #   interop     gwB runs strongSwan's kernel-libipsec instead (ESP we did not write):
@@ -227,8 +231,13 @@ import json, sys
 print(int(json.load(sys.stdin)["stats"]["pipeline"]["fences"]))'
 }
 
-run_rekey() {
-  bring_up aes128gcm16 yes "${REKEY_TIME:-20s}"
+run_rekey() {  # run_rekey [collide]
+  local collide=${1:-}
+  if [[ -n $collide ]]; then
+    SWANCTL_RAND_TIME=0s bring_up aes128gcm16 yes "${REKEY_TIME:-15s}"
+  else
+    bring_up aes128gcm16 yes "${REKEY_TIME:-20s}"
+  fi
   local seconds=45
   in_ns "$LANB" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
   wait_until 5 sh -c "ip netns exec '$LANB' ss -Hltn 'sport = :5201' | grep -q ."
@@ -242,6 +251,11 @@ run_rekey() {
   local rekeys
   rekeys=$(grep -c 'CHILD_SA net{[0-9]*} established' "$WORK/charon-a.log" || true)
   check "at least 2 CHILD_SA rekeys in $seconds s (charon established $rekeys CHILD_SAs)" test "$rekeys" -ge 3
+  if [[ -n $collide ]]; then
+    local collisions
+    collisions=$(cat "$WORK"/charon-[ab].log | grep -c 'CHILD_SA rekey collision' || true)
+    check "both sides rekeyed at once: charon resolved $collisions rekey collisions" test "$collisions" -ge 1
+  fi
   # TCP's own view: it never detected a loss (no fast retransmit, SACK recovery, timeout,
   # or loss repaired by a tail-loss probe). A probe itself is not a loss: it fires when
   # ACKs come late, and the receiver reports a probe that repeats data as a duplicate.
@@ -280,7 +294,9 @@ print(d["end"]["sum_sent"]["retransmits"], int(d["end"]["sum_sent"]["bytes"]))' 
   fences_a=$(pipeline_fences a) fences_b=$(pipeline_fences b)
   check "both gateways kept flows in order across the SA switches (fences: gwA ${fences_a:-?}, gwB ${fences_b:-?})" \
     test "${fences_a:-0}" -gt 0 -a "${fences_b:-0}" -gt 0
-  if [[ -n ${CHARON_TEST_DUMP:-} ]]; then
+  # Also when TCP saw a loss or reordering: the TUN devices' drops and TCP's reordering
+  # counters tell a loss outside ESP from packets delivered out of order.
+  if [[ -n ${CHARON_TEST_DUMP:-} || "${fast:-x}${sack:-x}${timeouts:-x}${recovered:-x}" != 0000 ]]; then
     for side in a b; do espgwctl_on "$side" --json status | sed "s/^/    gw$side: /"; done
     for ns in "$GWA" "$GWB"; do ip -n "$ns" -s link show espgw0 | sed "s/^/    $ns: /"; done
     in_ns "$LANA" nstat -az TcpExtTCPSackRecovery TcpExtTCPLossProbes TcpExtTCPSACKReorder TcpExtTCPRenoReorder TcpExtTCPTSReorder TcpExtTCPLostRetransmit TcpExtTCPFastRetrans TcpExtTCPSpuriousRTOs TcpExtTCPDSACKRecv TcpRetransSegs 2>/dev/null | sed "s/^/    lanA: /"
@@ -430,6 +446,7 @@ case $SCENARIO in
   gcm-udp) CHARON_LOG_CHD=4 ESPGW_LOG_LEVEL=debug run_basic aes128gcm16 yes ;;
   chacha-raw) run_basic chacha20poly1305 no ;;
   rekey) run_rekey ;;
+  rekey-collision) run_rekey collide ;;
   restart) run_restart ;;
   interop) run_interop ;;
   ecmp) run_ecmp ;;

@@ -794,12 +794,13 @@ void run_inbound_rekeys(bool slow_sink) {
   uint64_t fences = 0, fence_timeouts = 0;
   {
     Pipeline pipeline(config);
-    std::shared_ptr<InboundChannel> previous;
     std::vector<std::shared_ptr<InboundChannel>> channels;
     for (const auto& sa_config : configs) {
+      // Each SA replaces the one before it, as after an ordinary rekey.
+      const auto previous = channels.empty() ? std::span<std::shared_ptr<InboundChannel>>()
+                                             : std::span(channels).last(1);
       channels.push_back(pipeline.add_inbound(
           std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), sink, previous));
-      previous = channels.back();
     }
     std::thread reader([&] {
       pipeline.hand_over_in_batches();
@@ -884,7 +885,7 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
     auto old_channel = pipeline.add_inbound(
         std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), slow);
     pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
-                         lan, old_channel);
+                         lan, std::span(&old_channel, 1));
     std::thread reader([&] {
       pipeline.hand_over_in_batches();
       auto submit_all = [&](const std::vector<std::vector<uint8_t>>& wire) {
