@@ -191,8 +191,6 @@ EOS
 side_subnets() { [[ $1 == a ]] && echo "10.1.0.0/16 10.2.0.0/16" || echo "10.2.0.0/16 10.1.0.0/16"; }
 
 # write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME: one child "net" between the LANs.
-# SWANCTL_RAND_TIME, if set, is the child's rand_time (charon's default: life_time minus
-# rekey_time); 0s on both sides makes them rekey at the same moment.
 write_swanctl_conf() {
   local side=$1 esp=$2 encap=$3 rekey=$4 local_ts remote_ts
   read -r local_ts remote_ts <<<"$(side_subnets "$side")"
@@ -200,8 +198,7 @@ write_swanctl_conf() {
         local_ts = $local_ts
         remote_ts = $remote_ts
         esp_proposals = $esp
-        rekey_time = $rekey${SWANCTL_RAND_TIME:+
-        rand_time = $SWANCTL_RAND_TIME}
+        rekey_time = $rekey
         start_action = none
         dpd_action = none
       }"
