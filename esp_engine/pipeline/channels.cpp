@@ -33,9 +33,26 @@ InboundChannel::InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& s
     : sa_(std::move(sa)),
       sink_(sink),
       // Read before predecessors_ takes the list over (declared after it).
-      awaiting_predecessor_(!predecessors.empty()),
+      predecessor_arrivals_(predecessors.empty() ? 0 : 1),
       predecessors_(std::move(predecessors)),
       // ESP sequence numbers start at 1 (RFC 4303 3.3.3).
       release_(reorder_capacity, hold_ns, /*first_index=*/1, &in_crypto_) {}
+
+void InboundChannel::add_successor(const std::shared_ptr<InboundChannel>& successor) {
+  std::lock_guard guard(successors_lock_);
+  successors_.emplace_back(successor);
+  superseded_.store(true, std::memory_order_relaxed);
+}
+
+void InboundChannel::count_arrival_for_successors() {
+  // Only while a rekey is under way (until charon deletes this SA): a lock and a
+  // reference per packet are fine there.
+  std::lock_guard guard(successors_lock_);
+  std::erase_if(successors_, [](const std::weak_ptr<InboundChannel>& weak) {
+    const std::shared_ptr<InboundChannel> successor = weak.lock();
+    if (successor) successor->predecessor_arrivals_.fetch_add(1, std::memory_order_relaxed);
+    return !successor;
+  });
+}
 
 }  // namespace espgw::pipeline

@@ -13,6 +13,7 @@
 #include "esp/security_association.h"
 #include "pipeline/ordered_release.h"
 #include "pipeline/sa_group.h"
+#include "util/spin_lock.h"
 
 namespace espgw::pipeline {
 
@@ -66,7 +67,9 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
   // installed. The peer sends a flow's packets on an old SA, then on the new one; the
   // first reader to submit a packet of this channel first lets what every predecessor has
   // in flight leave (Pipeline::submit_inbound), so that the new SA's packets do not
-  // overtake the old ones'.
+  // overtake the old ones'. So does the reader of the next packet after any predecessor
+  // took another one: a peer whose senders switch one after another (several TUN readers,
+  // a kernel's CPUs) keeps sending some flows on the old SA after others moved.
   InboundChannel(std::shared_ptr<esp::InboundSa> sa, PacketSink& sink, size_t reorder_capacity,
                  uint64_t hold_ns, std::vector<std::weak_ptr<InboundChannel>> predecessors = {});
 
@@ -79,14 +82,32 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
 
  private:
   friend class Pipeline;
+  // Whether this channel's next packet must first wait for its predecessors' packets in
+  // flight: its first packet, and the first after a predecessor took another packet.
+  bool predecessors_moved() const {
+    return predecessor_arrivals_.load(std::memory_order_relaxed) !=
+           fenced_arrivals_.load(std::memory_order_relaxed);
+  }
+  // Called once the channel is known to the pipeline as `successor`'s predecessor.
+  void add_successor(const std::shared_ptr<InboundChannel>& successor);
+  // A packet of this channel, once superseded: its successors' next packets wait for it.
+  void count_arrival_for_successors();
+
   // What every packet reads first (one cache line), the release state on the next ones.
   std::shared_ptr<esp::InboundSa> sa_;
   PacketSink& sink_;
   std::atomic<uint64_t> in_crypto_{0};  // submitted, not yet back from a worker
   std::atomic<bool> timer_scheduled_{false};
-  // Set while a predecessor may have packets in flight that no reader has waited for.
-  std::atomic<bool> awaiting_predecessor_;
+  // Set once another channel names this one as its predecessor.
+  std::atomic<bool> superseded_{false};
+  SpinLock successors_lock_;
+  // Counts that only grow: predecessor packets that may be in flight (1 from the start if
+  // there are predecessors, plus one per predecessor packet submitted since), and how
+  // many of them the last completed wait covered (its count when it began).
+  std::atomic<uint32_t> predecessor_arrivals_;
+  std::atomic<uint32_t> fenced_arrivals_{0};
   const std::vector<std::weak_ptr<InboundChannel>> predecessors_;
+  std::vector<std::weak_ptr<InboundChannel>> successors_;  // under successors_lock_
   OrderedRelease release_;
 };
 

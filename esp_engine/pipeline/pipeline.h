@@ -100,7 +100,8 @@ class Pipeline {
   // Registers an inbound SA; its packets are found by SPI. Null if the SPI is taken.
   // `predecessors`: the channels of the SAs it replaces (rekeys of the same CHILD_SA),
   // oldest first; the first reader to submit a packet of the new SA waits until their
-  // packets in flight have left (see InboundChannel).
+  // packets in flight have left, and so does the next one after a predecessor took
+  // another packet (see InboundChannel).
   std::shared_ptr<InboundChannel> add_inbound(
       std::shared_ptr<esp::InboundSa> sa, PacketSink& sink,
       std::span<const std::shared_ptr<InboundChannel>> predecessors = {});
@@ -186,7 +187,8 @@ class Pipeline {
   static constexpr size_t kSubmitterSlots = 64;
 
   void enqueue(Packet* packet);
-  // The first packet of a rekeyed SA's channel: completes this thread's batch, waits until
+  // The first packet of a rekeyed SA's channel, or its first after a predecessor took
+  // another packet: completes this thread's batch, waits until
   // its predecessors have nothing in crypto (bounded by fence_limit), then delivers what
   // they hold behind gaps, and waits until no worker is still delivering theirs: the new
   // SA's packets come after all of those.

@@ -915,6 +915,98 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
     EXPECT_EQ(order[i].second, i + 1) << "packet " << i << " of the flow out of order";
 }
 
+// A peer whose senders switch SA one after another (several TUN readers, a kernel's CPUs):
+// flow A moves to the new SA, then flow B still comes on the old one, then moves too. The
+// old SA's delivery of flow B is slow (a busy TUN device), so flow B's first packets on
+// the new SA would overtake it: the first wait, at the new SA's first packet, was before
+// those old-SA packets came. The packet after them waits again.
+TEST(PipelineConcurrent, ARekeyedSaWaitsAgainForOldSaPacketsThatCameAfterItsFirst) {
+  constexpr uint32_t kFlowA = 0, kFlowB = 1;
+  PipelineConfig config;
+  config.workers = 2;
+  config.pool_packets = 256;
+  config.fence_limit = std::chrono::seconds(10);
+  OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
+  // The old SA's sink: its first delivery of flow B takes a while.
+  class SlowFlowB final : public PacketSink {
+   public:
+    explicit SlowFlowB(PacketSink& next) : next_(next) {}
+    void deliver(std::span<Packet* const> packets) override {
+      for (const Packet* packet : packets)
+        if (load_be32(packet->buffer.data() + OrderSink::kStream) == kFlowB &&
+            !entered.exchange(true)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          break;
+        }
+      next_.deliver(packets);
+    }
+    std::atomic<bool> entered{false};
+
+   private:
+    PacketSink& next_;
+  } slow(lan);
+  const auto old_config =
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6B0);
+  const auto new_config =
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6B1);
+  esp::OutboundSa old_sender(old_config, crypto::ipsec_mb_backend());
+  esp::OutboundSa new_sender(new_config, crypto::ipsec_mb_backend());
+  auto seal = [](esp::OutboundSa& sender, uint32_t flow, uint32_t first, uint32_t last) {
+    std::vector<std::vector<uint8_t>> wire;
+    for (uint32_t n = first; n <= last; ++n) {
+      esp::PacketBuffer buffer;
+      buffer.assign(tagged_packet(flow, n));
+      EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+    }
+    return wire;
+  };
+  // The wire, in the order the peer sent it.
+  const auto old_a = seal(old_sender, kFlowA, 1, 8);
+  const auto new_a = seal(new_sender, kFlowA, 9, 12);
+  const auto old_b = seal(old_sender, kFlowB, 1, 4);
+  const auto new_b = seal(new_sender, kFlowB, 5, 8);
+  uint64_t fences = 0, fence_timeouts = 0;
+  {
+    Pipeline pipeline(config);
+    auto old_channel = pipeline.add_inbound(
+        std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), slow);
+    pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
+                         lan, std::span(&old_channel, 1));
+    std::thread reader([&] {
+      pipeline.hand_over_in_batches();
+      auto submit_all = [&](const std::vector<std::vector<uint8_t>>& wire) {
+        for (const auto& bytes : wire) {
+          Packet* p = acquire_blocking(pipeline);
+          p->buffer.assign(bytes);
+          EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
+        }
+        pipeline.complete_submitted();
+      };
+      submit_all(old_a);
+      submit_all(new_a);  // the first wait
+      submit_all(old_b);
+      // A worker now delivers flow B's old-SA packets, slowly.
+      ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
+      submit_all(new_b);  // waits again
+    });
+    reader.join();
+    ASSERT_TRUE(wait_for([&] { return lan.order().size() == 20; }, std::chrono::seconds(10)));
+    pipeline.wait_idle();
+    fences = pipeline.fences();
+    fence_timeouts = pipeline.fence_timeouts();
+  }
+  EXPECT_EQ(fences, 2u) << "one wait at the new SA's first packet, one after flow B's";
+  EXPECT_EQ(fence_timeouts, 0u);
+  std::array<uint32_t, 2> last{};
+  for (const auto& [flow, n] : lan.order()) {
+    ASSERT_LT(flow, 2u);
+    EXPECT_EQ(n, last[flow] + 1) << "flow " << flow << " out of order";
+    last[flow] = n;
+  }
+  EXPECT_EQ(last, (std::array<uint32_t, 2>{12, 8}));
+}
+
 TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   PipelineConfig config;
   config.workers = 2;
