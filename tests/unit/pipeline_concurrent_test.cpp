@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -844,12 +845,58 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnesDelive
   run_inbound_rekeys(true);
 }
 
-TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
-  constexpr uint32_t kPerSa = 8;
+using Wire = std::vector<std::vector<uint8_t>>;
+
+// Seals packets `first`..`last` of `flow` (tagged_packet) with `sender`, in that order.
+Wire seal_flow(esp::OutboundSa& sender, uint32_t flow, uint32_t first, uint32_t last) {
+  Wire wire;
+  for (uint32_t n = first; n <= last; ++n) {
+    esp::PacketBuffer buffer;
+    buffer.assign(tagged_packet(flow, n));
+    EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
+  }
+  return wire;
+}
+
+// A rekey on the way in, step by step: two workers, an old SA whose LAN deliveries go
+// through `old_sink` (which slows some down) and the new SA that replaces it, delivering
+// to `lan`. `script` is the WAN reader: it gets a function that submits packets from the
+// wire and completes the reader's batch. Waits until `packets` reached `lan` and returns
+// the pipeline's fences; a fence that timed out fails the test.
+uint64_t run_rekey_script(
+    PacketSink& old_sink, OrderSink& lan, const esp::SaConfig& old_config,
+    const esp::SaConfig& new_config, size_t packets,
+    const std::function<void(const std::function<void(const Wire&)>&)>& script) {
   PipelineConfig config;
   config.workers = 2;
   config.pool_packets = 256;
   config.fence_limit = std::chrono::seconds(10);
+  Pipeline pipeline(config);
+  auto old_channel = pipeline.add_inbound(
+      std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), old_sink);
+  pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
+                       lan, std::span(&old_channel, 1));
+  std::thread reader([&] {
+    pipeline.hand_over_in_batches();
+    script([&](const Wire& wire) {
+      for (const auto& bytes : wire) {
+        Packet* p = acquire_blocking(pipeline);
+        p->buffer.assign(bytes);
+        EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
+      }
+      pipeline.complete_submitted();
+    });
+  });
+  reader.join();
+  EXPECT_TRUE(wait_for([&] { return lan.order().size() == packets; }, std::chrono::seconds(10)));
+  pipeline.wait_idle();
+  EXPECT_EQ(pipeline.fence_timeouts(), 0u);
+  return pipeline.fences();
+}
+
+TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
+  constexpr uint32_t kPerSa = 8;
   OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
   // The old SA's sink: its first delivery takes a while (a slow TUN write).
   class SlowFirstDelivery final : public PacketSink {
@@ -868,48 +915,19 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6A0);
   const auto new_config =
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6A1);
-  std::vector<std::vector<uint8_t>> old_wire, new_wire;
-  uint32_t counter = 0;
-  for (auto [sa_config, wire] : {std::pair{&old_config, &old_wire}, {&new_config, &new_wire}}) {
-    esp::OutboundSa sender(*sa_config, crypto::ipsec_mb_backend());
-    for (uint32_t i = 0; i < kPerSa; ++i) {
-      esp::PacketBuffer buffer;
-      buffer.assign(tagged_packet(0, ++counter));  // one flow, moving to the new SA
-      ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
-      wire->emplace_back(buffer.bytes().begin(), buffer.bytes().end());
-    }
-  }
-  uint64_t fences = 0, fence_timeouts = 0;
-  {
-    Pipeline pipeline(config);
-    auto old_channel = pipeline.add_inbound(
-        std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), slow);
-    pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
-                         lan, std::span(&old_channel, 1));
-    std::thread reader([&] {
-      pipeline.hand_over_in_batches();
-      auto submit_all = [&](const std::vector<std::vector<uint8_t>>& wire) {
-        for (const auto& bytes : wire) {
-          Packet* p = acquire_blocking(pipeline);
-          p->buffer.assign(bytes);
-          EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
-        }
-        pipeline.complete_submitted();
-      };
-      submit_all(old_wire);
-      // A worker now delivers the old SA's packets, slowly.
-      ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
-      submit_all(new_wire);
-    });
-    reader.join();
-    ASSERT_TRUE(
-        wait_for([&] { return lan.order().size() == 2 * kPerSa; }, std::chrono::seconds(10)));
-    pipeline.wait_idle();
-    fences = pipeline.fences();
-    fence_timeouts = pipeline.fence_timeouts();
-  }
+  esp::OutboundSa old_sender(old_config, crypto::ipsec_mb_backend());
+  esp::OutboundSa new_sender(new_config, crypto::ipsec_mb_backend());
+  // One flow, moving to the new SA.
+  const Wire old_wire = seal_flow(old_sender, 0, 1, kPerSa);
+  const Wire new_wire = seal_flow(new_sender, 0, kPerSa + 1, 2 * kPerSa);
+  const uint64_t fences =
+      run_rekey_script(slow, lan, old_config, new_config, 2 * kPerSa, [&](const auto& submit) {
+        submit(old_wire);
+        // A worker now delivers the old SA's packets, slowly.
+        ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
+        submit(new_wire);
+      });
   EXPECT_EQ(fences, 1u);
-  EXPECT_EQ(fence_timeouts, 0u);
   const auto order = lan.order();
   for (size_t i = 0; i < order.size(); ++i)
     EXPECT_EQ(order[i].second, i + 1) << "packet " << i << " of the flow out of order";
@@ -922,10 +940,6 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
 // those old-SA packets came. The packet after them waits again.
 TEST(PipelineConcurrent, ARekeyedSaWaitsAgainForOldSaPacketsThatCameAfterItsFirst) {
   constexpr uint32_t kFlowA = 0, kFlowB = 1;
-  PipelineConfig config;
-  config.workers = 2;
-  config.pool_packets = 256;
-  config.fence_limit = std::chrono::seconds(10);
   OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
   // The old SA's sink: its first delivery of flow B takes a while.
   class SlowFlowB final : public PacketSink {
@@ -951,53 +965,21 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsAgainForOldSaPacketsThatCameAfterItsFirs
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6B1);
   esp::OutboundSa old_sender(old_config, crypto::ipsec_mb_backend());
   esp::OutboundSa new_sender(new_config, crypto::ipsec_mb_backend());
-  auto seal = [](esp::OutboundSa& sender, uint32_t flow, uint32_t first, uint32_t last) {
-    std::vector<std::vector<uint8_t>> wire;
-    for (uint32_t n = first; n <= last; ++n) {
-      esp::PacketBuffer buffer;
-      buffer.assign(tagged_packet(flow, n));
-      EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
-      wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
-    }
-    return wire;
-  };
   // The wire, in the order the peer sent it.
-  const auto old_a = seal(old_sender, kFlowA, 1, 8);
-  const auto new_a = seal(new_sender, kFlowA, 9, 12);
-  const auto old_b = seal(old_sender, kFlowB, 1, 4);
-  const auto new_b = seal(new_sender, kFlowB, 5, 8);
-  uint64_t fences = 0, fence_timeouts = 0;
-  {
-    Pipeline pipeline(config);
-    auto old_channel = pipeline.add_inbound(
-        std::make_shared<esp::InboundSa>(old_config, crypto::ipsec_mb_backend()), slow);
-    pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
-                         lan, std::span(&old_channel, 1));
-    std::thread reader([&] {
-      pipeline.hand_over_in_batches();
-      auto submit_all = [&](const std::vector<std::vector<uint8_t>>& wire) {
-        for (const auto& bytes : wire) {
-          Packet* p = acquire_blocking(pipeline);
-          p->buffer.assign(bytes);
-          EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
-        }
-        pipeline.complete_submitted();
-      };
-      submit_all(old_a);
-      submit_all(new_a);  // the first wait
-      submit_all(old_b);
-      // A worker now delivers flow B's old-SA packets, slowly.
-      ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
-      submit_all(new_b);  // waits again
-    });
-    reader.join();
-    ASSERT_TRUE(wait_for([&] { return lan.order().size() == 20; }, std::chrono::seconds(10)));
-    pipeline.wait_idle();
-    fences = pipeline.fences();
-    fence_timeouts = pipeline.fence_timeouts();
-  }
+  const Wire old_a = seal_flow(old_sender, kFlowA, 1, 8);
+  const Wire new_a = seal_flow(new_sender, kFlowA, 9, 12);
+  const Wire old_b = seal_flow(old_sender, kFlowB, 1, 4);
+  const Wire new_b = seal_flow(new_sender, kFlowB, 5, 8);
+  const uint64_t fences =
+      run_rekey_script(slow, lan, old_config, new_config, 20, [&](const auto& submit) {
+        submit(old_a);
+        submit(new_a);  // the first wait
+        submit(old_b);
+        // A worker now delivers flow B's old-SA packets, slowly.
+        ASSERT_TRUE(wait_for([&] { return slow.entered.load(); }, std::chrono::seconds(10)));
+        submit(new_b);  // waits again
+      });
   EXPECT_EQ(fences, 2u) << "one wait at the new SA's first packet, one after flow B's";
-  EXPECT_EQ(fence_timeouts, 0u);
   std::array<uint32_t, 2> last{};
   for (const auto& [flow, n] : lan.order()) {
     ASSERT_LT(flow, 2u);
