@@ -847,6 +847,24 @@ TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnesDelive
 
 using Wire = std::vector<std::vector<uint8_t>>;
 
+// Passes deliveries on to `next`; the first for which `slow_when` holds takes 150 ms (a
+// busy TUN device). `entered` tells the test that it began.
+class SlowOnce final : public PacketSink {
+ public:
+  SlowOnce(PacketSink& next, std::function<bool(std::span<Packet* const>)> slow_when)
+      : next_(next), slow_when_(std::move(slow_when)) {}
+  void deliver(std::span<Packet* const> packets) override {
+    if (slow_when_(packets) && !entered.exchange(true))
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    next_.deliver(packets);
+  }
+  std::atomic<bool> entered{false};
+
+ private:
+  PacketSink& next_;
+  const std::function<bool(std::span<Packet* const>)> slow_when_;
+};
+
 // Seals packets `first`..`last` of `flow` (tagged_packet) with `sender`, in that order.
 Wire seal_flow(esp::OutboundSa& sender, uint32_t flow, uint32_t first, uint32_t last) {
   Wire wire;
@@ -899,18 +917,7 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsForTheOldSasDeliveryInProgress) {
   constexpr uint32_t kPerSa = 8;
   OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
   // The old SA's sink: its first delivery takes a while (a slow TUN write).
-  class SlowFirstDelivery final : public PacketSink {
-   public:
-    explicit SlowFirstDelivery(PacketSink& next) : next_(next) {}
-    void deliver(std::span<Packet* const> packets) override {
-      if (!entered.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(150));
-      next_.deliver(packets);
-    }
-    std::atomic<bool> entered{false};
-
-   private:
-    PacketSink& next_;
-  } slow(lan);
+  SlowOnce slow(lan, [](std::span<Packet* const>) { return true; });
   const auto old_config =
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6A0);
   const auto new_config =
@@ -942,23 +949,11 @@ TEST(PipelineConcurrent, ARekeyedSaWaitsAgainForOldSaPacketsThatCameAfterItsFirs
   constexpr uint32_t kFlowA = 0, kFlowB = 1;
   OrderSink lan(OrderSink::kStream, OrderSink::kCounter);
   // The old SA's sink: its first delivery of flow B takes a while.
-  class SlowFlowB final : public PacketSink {
-   public:
-    explicit SlowFlowB(PacketSink& next) : next_(next) {}
-    void deliver(std::span<Packet* const> packets) override {
-      for (const Packet* packet : packets)
-        if (load_be32(packet->buffer.data() + OrderSink::kStream) == kFlowB &&
-            !entered.exchange(true)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(150));
-          break;
-        }
-      next_.deliver(packets);
-    }
-    std::atomic<bool> entered{false};
-
-   private:
-    PacketSink& next_;
-  } slow(lan);
+  SlowOnce slow(lan, [](std::span<Packet* const> packets) {
+    return std::any_of(packets.begin(), packets.end(), [](const Packet* packet) {
+      return load_be32(packet->buffer.data() + OrderSink::kStream) == kFlowB;
+    });
+  });
   const auto old_config =
       test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0x6B0);
   const auto new_config =
