@@ -53,6 +53,9 @@ void InboundChannel::count_arrival_for_successors() {
     if (successor) successor->predecessor_arrivals_.fetch_add(1, std::memory_order_relaxed);
     return !successor;
   });
+  // Every successor went (a rekey that failed, a redundant SA deleted): this SA's packets
+  // need not come here any more.
+  if (successors_.empty()) superseded_.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace espgw::pipeline

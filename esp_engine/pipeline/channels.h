@@ -98,7 +98,7 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
   PacketSink& sink_;
   std::atomic<uint64_t> in_crypto_{0};  // submitted, not yet back from a worker
   std::atomic<bool> timer_scheduled_{false};
-  // Set once another channel names this one as its predecessor.
+  // Set while another channel names this one as its predecessor.
   std::atomic<bool> superseded_{false};
   SpinLock successors_lock_;
   // Counts that only grow: predecessor packets that may be in flight (1 from the start if
