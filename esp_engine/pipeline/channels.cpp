@@ -45,8 +45,8 @@ void InboundChannel::add_successor(const std::shared_ptr<InboundChannel>& succes
 }
 
 void InboundChannel::count_arrival_for_successors() {
-  // Only while a rekey is under way (until charon deletes this SA): a lock and a
-  // reference per packet are fine there.
+  // Only for packets that come after a successor's first one, while a peer switches its
+  // flows over: a lock and a reference per packet are fine there.
   std::lock_guard guard(successors_lock_);
   std::erase_if(successors_, [](const std::weak_ptr<InboundChannel>& weak) {
     const std::shared_ptr<InboundChannel> successor = weak.lock();

@@ -88,7 +88,8 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
     return predecessor_arrivals_.load(std::memory_order_relaxed) !=
            fenced_arrivals_.load(std::memory_order_relaxed);
   }
-  // Called once the channel is known to the pipeline as `successor`'s predecessor.
+  // `successor`, which names this channel as a predecessor, got its first packet: from
+  // now on this channel's packets count on it.
   void add_successor(const std::shared_ptr<InboundChannel>& successor);
   // A packet of this channel, once superseded: its successors' next packets wait for it.
   void count_arrival_for_successors();
@@ -98,8 +99,10 @@ class InboundChannel : public std::enable_shared_from_this<InboundChannel> {
   PacketSink& sink_;
   std::atomic<uint64_t> in_crypto_{0};  // submitted, not yet back from a worker
   std::atomic<bool> timer_scheduled_{false};
-  // Set while another channel names this one as its predecessor.
+  // Set while a successor that got its first packet counts this channel's packets.
   std::atomic<bool> superseded_{false};
+  // Set at this channel's first wait for its predecessors, when they start counting.
+  std::atomic<bool> counted_by_predecessors_{false};
   SpinLock successors_lock_;
   // Counts that only grow: predecessor packets that may be in flight (1 from the start if
   // there are predecessors, plus one per predecessor packet submitted since), and how

@@ -175,11 +175,6 @@ std::shared_ptr<InboundChannel> Pipeline::add_inbound(
   auto channel = reclaimed_by(
       std::weak_ptr(reclaimer_),
       new InboundChannel(std::move(sa), sink, config_.reorder_capacity, hold_ns, std::move(weak)));
-  // Linked before readers can find the new channel, so that no predecessor packet
-  // submitted after its first one goes uncounted. (If the SPI is taken, the links expire
-  // with the channel.)
-  for (const auto& predecessor : predecessors)
-    if (predecessor) predecessor->add_successor(channel);
   return inbound_.add(channel) ? channel : nullptr;
 }
 
@@ -362,17 +357,23 @@ void Pipeline::release_retired_group_views(size_t max_looks) {
   }
 }
 
-void Pipeline::fence_inbound(InboundChannel& channel) {
-  // The predecessor packets this wait covers: those submitted before it began (this
-  // reader submits no other meanwhile). One submitted later makes the next packet wait
-  // again.
-  const uint32_t arrivals = channel.predecessor_arrivals_.load(std::memory_order_relaxed);
+void Pipeline::fence_inbound(const std::shared_ptr<InboundChannel>& channel) {
   // Every predecessor, not only the newest: when both peers rekeyed at once, both new SAs
   // are installed, and the newest SA before the one that carries on may be the redundant
   // one, which never carries a packet; the old SA is the one with packets in flight.
   std::vector<std::shared_ptr<InboundChannel>> predecessors;
-  for (const auto& weak : channel.predecessors_)
+  for (const auto& weak : channel->predecessors_)
     if (auto predecessor = weak.lock()) predecessors.push_back(std::move(predecessor));
+  // At the first wait, the predecessors start counting their packets for this channel:
+  // those submitted before it are what this wait covers. Not earlier: until the peer sends
+  // on this SA (a redundant one of a collision never), counting would cost the old SA's
+  // traffic a lock per packet for nothing.
+  if (!channel->counted_by_predecessors_.exchange(true, std::memory_order_relaxed))
+    for (const auto& predecessor : predecessors) predecessor->add_successor(channel);
+  // The predecessor packets this wait covers: those submitted before it began (this
+  // reader submits no other meanwhile). One submitted later makes the next packet wait
+  // again.
+  const uint32_t arrivals = channel->predecessor_arrivals_.load(std::memory_order_relaxed);
   if (!predecessors.empty()) {
     // What an old SA holds then waits behind numbers that were lost: the peer sends an
     // SA's packets in sequence order and one reader reads them, so every old packet sent
@@ -396,7 +397,7 @@ void Pipeline::fence_inbound(InboundChannel& channel) {
       return true;
     });
   }
-  channel.fenced_arrivals_.store(arrivals, std::memory_order_relaxed);
+  channel->fenced_arrivals_.store(arrivals, std::memory_order_relaxed);
 }
 
 bool Pipeline::process_queued(bool until_empty, bool every_slot) {
@@ -489,16 +490,16 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
     pool_.release(packet);
     return reason;
   }
-  // A packet of an SA that a rekey replaced: the new SA's next packet waits for it (the
-  // peer still sends this flow on the old SA; the next on the new one must not overtake
-  // it). Only from the new SA's install until charon deletes this one.
+  // A packet of an SA that a rekey replaced, after the new SA's first packet: the new
+  // SA's next packet waits for it (the peer still sends this flow on the old SA; the next
+  // on the new one must not overtake it). Only while a peer switches its flows over.
   if (channel->superseded_.load(std::memory_order_relaxed)) channel->count_arrival_for_successors();
   // A rekeyed SA's first packet, and its first after a predecessor took another one. The
   // reference keeps the channel alive through the wait, in which this thread may look up
   // others.
   std::shared_ptr<InboundChannel> fenced;
   if (channel->predecessors_moved() && (fenced = channel->weak_from_this().lock()))
-    fence_inbound(*channel);
+    fence_inbound(fenced);
   packet->direction = Direction::inbound;
   channel->in_crypto_.fetch_add(1, std::memory_order_relaxed);
   packet->inbound = channel;

@@ -188,11 +188,11 @@ class Pipeline {
 
   void enqueue(Packet* packet);
   // The first packet of a rekeyed SA's channel, or its first after a predecessor took
-  // another packet: completes this thread's batch, waits until
-  // its predecessors have nothing in crypto (bounded by fence_limit), then delivers what
-  // they hold behind gaps, and waits until no worker is still delivering theirs: the new
-  // SA's packets come after all of those.
-  void fence_inbound(InboundChannel& channel);
+  // another packet: completes this thread's batch, waits until its predecessors have
+  // nothing in crypto (bounded by fence_limit), then delivers what they hold behind gaps,
+  // and waits until no worker is still delivering theirs: the new SA's packets come after
+  // all of those.
+  void fence_inbound(const std::shared_ptr<InboundChannel>& channel);
   // Both fences: completes this thread's batch, then helps process (or yields) until
   // `done` holds or fence_limit passes. Counts the fence, and a timeout (then false).
   bool fence(const std::function<bool()>& done);

@@ -197,15 +197,6 @@ struct Socket {
   int fd;
 };
 
-sockaddr_in ipv4_socket_address(const char* text, uint16_t port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  const auto ip = esp::IpAddress::parse(text);
-  std::memcpy(&address.sin_addr, ip->bytes.data(), 4);
-  return address;
-}
-
 // An IPv4 UDP packet 10.2.0.5:4000 -> 10.1.0.1:5000 whose payload is `counter`. The
 // header checksum is right: the kernel checks it when the TUN device hands the packet in.
 std::vector<uint8_t> counted_packet(uint32_t counter) {
@@ -246,8 +237,9 @@ TEST_F(GatewayDynamicTest, AfterARekeyCollisionTheOldSasHeldPacketsStillComeFirs
   gateway_->add_dynamic_policy(out_policy(200, 5, "10.2.0.0/16"));
   const Socket lan(socket(AF_INET, SOCK_DGRAM, 0));
   ASSERT_GE(lan.fd, 0);
-  const sockaddr_in lan_address = ipv4_socket_address("10.1.0.1", 5000);
-  ASSERT_EQ(bind(lan.fd, reinterpret_cast<const sockaddr*>(&lan_address), sizeof lan_address), 0)
+  sockaddr_storage lan_address;
+  const socklen_t lan_length = io::WanSocket::make_peer(address("10.1.0.1"), 5000, lan_address);
+  ASSERT_EQ(bind(lan.fd, reinterpret_cast<const sockaddr*>(&lan_address), lan_length), 0)
       << std::strerror(errno);
   const timeval wait{.tv_sec = 2, .tv_usec = 0};
   ASSERT_EQ(setsockopt(lan.fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait), 0);
@@ -261,7 +253,9 @@ TEST_F(GatewayDynamicTest, AfterARekeyCollisionTheOldSasHeldPacketsStillComeFirs
   // outer header), encrypted with the inbound SAs' own configurations.
   const Socket wan(socket(AF_INET, SOCK_RAW, IPPROTO_ESP));
   ASSERT_GE(wan.fd, 0) << std::strerror(errno);
-  const sockaddr_in gateway_address = ipv4_socket_address("127.0.0.1", 0);
+  sockaddr_storage gateway_address;
+  const socklen_t gateway_length =
+      io::WanSocket::make_peer(address("127.0.0.1"), 0, gateway_address);
   auto send_esp = [&](esp::OutboundSa& peer, uint32_t counter, bool lost = false) {
     esp::PacketBuffer buffer;
     ASSERT_TRUE(buffer.assign(counted_packet(counter)));
@@ -269,7 +263,7 @@ TEST_F(GatewayDynamicTest, AfterARekeyCollisionTheOldSasHeldPacketsStillComeFirs
     if (lost) return;  // numbered, never sent
     const auto bytes = buffer.bytes();
     ASSERT_EQ(sendto(wan.fd, bytes.data(), bytes.size(), 0,
-                     reinterpret_cast<const sockaddr*>(&gateway_address), sizeof gateway_address),
+                     reinterpret_cast<const sockaddr*>(&gateway_address), gateway_length),
               static_cast<ssize_t>(bytes.size()))
         << std::strerror(errno);
   };
