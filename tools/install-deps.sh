@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev      # unit tests and micro benchmarks
   python3 python3-scapy python3-cryptography python3-matplotlib
   iperf3 tshark iproute2 iputils-ping sysstat     # traffic and capture in namespaces
-  ethtool                                         # a veth's GRO (NAPI) in tests/charon
+  ethtool                                         # veths in NAPI mode (TSO off, GRO on) in tests/charon
   strongswan-charon strongswan-swanctl libcharon-extra-plugins
   libstrongswan-standard-plugins
   wireguard-go wireguard-tools                    # site-to-site benchmark baseline

@@ -63,6 +63,28 @@ setup_topology() {
   ip -n "$LANB" -6 route add default via fd00:2::1
 }
 
+# Every veth of the topology delivers in the order its packets were sent. By default a veth
+# hands each packet to the backlog of the CPU that sent it, so packets one namespace sent
+# from two CPUs (a TCP sender's pacing timer and its ACK processing, espgw's threads) can
+# reach the other side in either order when the kernel defers one CPU's backlog. With GRO
+# on the receiving end a veth takes its NAPI path instead (one queue per receive queue,
+# processed in send order, like a NIC), but only for packets the kernel could aggregate:
+# the sending end must not offer TSO (veth_skb_is_eligible_for_gro in drivers/net/veth.c),
+# otherwise GRO on alone changes nothing (checked: `ethtool -S` counts rx_queue_0_xdp_packets
+# only with TSO off on the peer). Costs throughput (the sender's stack cuts its segments
+# before the veth), so only the scenarios that check order call it.
+veths_keep_send_order() {
+  local ns dev ns_dev
+  for ns_dev in "$LANA:eth0" "$GWA:lan0" "$GWA:wan0" "$GWB:wan0" "$GWB:lan0" "$LANB:eth0"; do
+    ns=${ns_dev%%:*} dev=${ns_dev#*:}
+    in_ns "$ns" ethtool -K "$dev" tso off gro on
+  done
+}
+# Packets NS's DEV took through its NAPI path (veths_keep_send_order), 0 when none.
+veth_napi_packets() {
+  in_ns "$1" ethtool -S "$2" 2>/dev/null | awk '$1 == "rx_queue_0_xdp_packets:" {n = $2} END {print n + 0}'
+}
+
 # wan_capture CLEAR_FILTER TRAFFIC_FN: captures gwB's WAN while TRAFFIC_FN runs and prints
 # "ESP CLEAR": packets tshark decodes as ESP, and packets matching CLEAR_FILTER (inner
 # addresses that must never be seen in clear). The capture is kept in $WORK/wan.pcap.
