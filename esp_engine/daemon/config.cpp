@@ -91,6 +91,14 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       if (!parse_number(value, config.tun_queues, 1u, 64u)) bad("a number from 1 to 64");
     } else if (key == "tun-offload") {
       if (!parse_bool(value, config.tun_offload)) bad("yes or no");
+    } else if (key == "tun-rps") {
+      bool on = false;
+      if (value == "auto")
+        config.tun_rps.reset();
+      else if (parse_bool(value, on))
+        config.tun_rps = on;
+      else
+        bad("auto, yes or no");
     } else if (key == "tun-address") {
       if (auto prefix = esp::IpPrefix::parse(value))
         config.tun_address = prefix;
@@ -217,6 +225,13 @@ unsigned wan_reader_count(const GatewayConfig& config) {
   // workers, which do the per-packet work a reader hands them.
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   return static_cast<unsigned>(std::clamp<long>(cpus, 1, 4));
+}
+
+bool wants_tun_rps(const GatewayConfig& config, unsigned cpus) {
+  if (config.tun_rps) return *config.tun_rps;
+  // Without workers each WAN socket's packets are written by its one reader, and one CPU
+  // has nothing to steer to.
+  return !config.run_to_completion && cpus > 1;
 }
 
 ConfigResult parse_gateway_config(const std::string& path) {

@@ -24,7 +24,11 @@ struct GatewayConfig {
   // 64 KB) that espgw segments itself, and takes coalesced super-packets back (GRO).
   bool tun_offload = true;
   std::optional<esp::IpPrefix> tun_address;  // optional address on the TUN device
-  esp::IpAddress local_address;              // WAN address espgw sends from (required)
+  // Receive packet steering on the TUN device (io/receive_steering.h): the kernel then
+  // forwards each flow from one CPU, in the order espgw wrote its packets, whichever
+  // worker wrote them. Unset ("auto"): on with workers on a machine of several CPUs.
+  std::optional<bool> tun_rps;
+  esp::IpAddress local_address;  // WAN address espgw sends from (required)
   uint16_t udp_port = 4500;
   // UDP sockets sharing local-address:udp-port through SO_REUSEPORT, one reader thread
   // each; the kernel spreads peers (4-tuples) over them. 0: one per online CPU, at most 4.
@@ -96,5 +100,9 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
 
 // How many WAN readers `wan-readers` asks for, with 0 resolved against this machine.
 unsigned wan_reader_count(const GatewayConfig& config);
+
+// Whether `tun-rps` asks for receive steering, with auto resolved against `cpus`, the
+// CPUs espgw may run on: with workers an SA's packets are written by several threads.
+bool wants_tun_rps(const GatewayConfig& config, unsigned cpus);
 
 }  // namespace espgw::daemon

@@ -1,6 +1,7 @@
 #include "daemon/gateway.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "esp/wire.h"
 #include "io/offload.h"
 #include "io/queue_delay_gate.h"
+#include "io/receive_steering.h"
 #include "util/byte_order.h"
 #include "util/clock.h"
 #include "util/thread_name.h"
@@ -244,6 +246,7 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
         !r && !r.already_exists())
       throw std::runtime_error(r.message);
   if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
+  steer_tun_receive();
 
   if (!config_.control_socket.empty()) {
     // charon talks IKE through us before any SA exists: the NAT-T port and the IKE port
@@ -271,6 +274,28 @@ Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(
   log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %s, %s",
       tun_->name().c_str(), tunnel_mtu_, outbound_.size(), inbound_.size(), workers.c_str(),
       config_.crypto_backend.c_str());
+}
+
+void Gateway::steer_tun_receive() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_SET(0, &cpus);
+  if (!wants_tun_rps(config_, static_cast<unsigned>(CPU_COUNT(&cpus)))) return;
+  const std::string mask = io::cpu_mask_text(cpus);
+  const auto result = io::steer_receive_queues("/sys/class/net", tun_->name(),
+                                               if_nametoindex(tun_->name().c_str()), mask);
+  if (!result) {
+    // Asked for by name: a clear stop. Chosen by auto: the gateway works without it.
+    if (config_.tun_rps) throw std::runtime_error("tun-rps = yes: " + result.error);
+    log(LogLevel::warn,
+        "%s: receive steering (RPS) not set: %s; the kernel may reorder a flow's packets "
+        "that different workers wrote (docs/gateway.md)",
+        tun_->name().c_str(), result.error.c_str());
+    return;
+  }
+  log(LogLevel::info, "%s: receive steering (RPS) to CPUs %s on %u receive queue%s%s",
+      tun_->name().c_str(), mask.c_str(), result.queues_set, result.queues_set == 1 ? "" : "s",
+      result.queues_kept ? " (others had CPUs set already, left as they were)" : "");
 }
 
 Gateway::~Gateway() {

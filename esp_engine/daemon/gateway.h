@@ -140,6 +140,8 @@ class Gateway {
     unsigned policies = 0;  // out protect policies whose remote side it is
   };
 
+  // Receive steering on the TUN device as `tun-rps` asks (io/receive_steering.h).
+  void steer_tun_receive();
   // Brings the running static SAs and policies to `next` (the constructor, reload):
   // only what changed is installed or removed.
   void apply_static_locked(xfrm::StaticConfig next);

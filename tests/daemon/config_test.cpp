@@ -11,6 +11,7 @@ TEST(GatewayConfig, ParsesEveryKey) {
 tun-name = gw7
 tun-queues = 4
 tun-offload = no
+tun-rps = no
 tun-address = 10.1.255.1/32
 local-address = 2001:db8::1   # trailing comment
 udp-port = 4501
@@ -35,6 +36,7 @@ stats-interval = 10
   EXPECT_EQ(c.tun_name, "gw7");
   EXPECT_EQ(c.tun_queues, 4u);
   EXPECT_FALSE(c.tun_offload);
+  EXPECT_EQ(c.tun_rps, std::optional<bool>(false));
   EXPECT_EQ(c.tun_address->to_string(), "10.1.255.1/32");
   EXPECT_EQ(c.local_address.to_string(), "2001:db8::1");
   EXPECT_EQ(c.udp_port, 4501);
@@ -52,6 +54,26 @@ stats-interval = 10
   EXPECT_EQ(*c.lan_mtu, 9000u);
   EXPECT_EQ(c.log_level, LogLevel::debug);
   EXPECT_EQ(c.stats_interval.count(), 10);
+}
+
+TEST(GatewayConfig, TunRpsIsOnWithWorkersOnSeveralCpusUnlessSetOtherwise) {
+  const auto with = [](const std::string& lines) {
+    auto result = parse_gateway_config_text(
+        "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n" + lines, "gw.conf");
+    EXPECT_TRUE(result.config) << (result.errors.empty() ? "" : result.errors.front());
+    return result.config.value_or(GatewayConfig{});
+  };
+  EXPECT_TRUE(wants_tun_rps(with(""), 2)) << "auto: workers write an SA's packets";
+  EXPECT_TRUE(wants_tun_rps(with("tun-rps = auto\nworkers = 1\n"), 16));
+  EXPECT_FALSE(wants_tun_rps(with(""), 1)) << "one CPU: nothing to steer to";
+  EXPECT_FALSE(wants_tun_rps(with("workers = inline\n"), 2)) << "one reader writes a socket's";
+  EXPECT_TRUE(wants_tun_rps(with("workers = inline\ntun-rps = yes\n"), 2));
+  EXPECT_FALSE(wants_tun_rps(with("tun-rps = no\n"), 16));
+  const auto bad = parse_gateway_config_text(
+      "local-address = 192.0.2.1\nstatic-sa-file = s.conf\ntun-rps = sometimes\n", "gw.conf");
+  EXPECT_FALSE(bad.config);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0], "gw.conf:3: 'tun-rps': expected auto, yes or no, got 'sometimes'");
 }
 
 TEST(GatewayConfig, EveryBadLineIsNamedByFileAndLine) {

@@ -51,6 +51,27 @@ check_iperf() {  # check_iperf CLIENT_NS SERVER_NS SERVER_ADDRESS LABEL [-R]
   rm -f "$WORK/iperf.pid"
 }
 
+# tun-rps = auto: receive steering on espgw0 with workers (several threads write an SA's
+# packets), none when the readers run to completion.
+check_tun_rps() {
+  local label=$1 side ns masks
+  for side in a b; do
+    ns=$GWA
+    [[ $side == b ]] && ns=$GWB
+    masks=$(in_ns "$ns" sh -c 'cat /sys/class/net/espgw0/queues/rx-*/rps_cpus' | tr '\n' ' ')
+    if [[ ${WORKERS_SIDE[$side]:-2} == inline ]]; then
+      if [[ $masks =~ ^(0+[, ]*)+$ ]]; then pass "$label gw${side^^} (no workers) leaves RPS off: $masks"
+      else fail "$label gw${side^^} (no workers) set RPS: $masks"; fi
+    elif [[ -n $masks && ! $masks =~ ^(0+[, ]*)+$ ]] &&
+      grep -q "receive steering (RPS) to CPUs" "$WORK/espgw-$side.log"; then
+      pass "$label gw${side^^} (workers) steers espgw0's receive queues: CPUs $masks"
+    else
+      fail "$label gw${side^^} (workers) did not set RPS on espgw0: '$masks'"
+      grep -i "steering" "$WORK/espgw-$side.log" || true
+    fi
+  done
+}
+
 pings_both_families() {
   in_ns "$LANA" ping -c 3 -i 0.2 -W 2 10.2.0.2 >/dev/null 2>&1 || true
   in_ns "$LANA" ping -6 -c 3 -i 0.2 -W 2 fd00:2::2 >/dev/null 2>&1 || true
@@ -247,6 +268,7 @@ run_scenario() {
       pass "$scenario gw${side^^} runs to completion, without workers"
     else fail "$scenario gw${side^^} did not start without workers"; fi
   done
+  check_tun_rps "$scenario"
   check_ping "$LANA" 10.2.0.2 "$scenario"
   check_ping "$LANB" 10.1.0.2 "$scenario"
   check_ping "$LANA" fd00:2::2 "$scenario"
