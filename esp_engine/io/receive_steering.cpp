@@ -25,7 +25,10 @@ std::string cpu_mask_text(const cpu_set_t& cpus) {
     for (int bit = 0; bit < 32; ++bit)
       if (CPU_ISSET(group * 32 + bit, &cpus)) bits |= uint32_t{1} << bit;
     // The highest group without leading zeros, the others as full groups of eight digits.
-    std::snprintf(digits, sizeof digits, text.empty() ? "%x" : "%08x", bits);
+    if (text.empty())
+      std::snprintf(digits, sizeof digits, "%x", bits);
+    else
+      std::snprintf(digits, sizeof digits, "%08x", bits);
     if (!text.empty()) text += ',';
     text += digits;
   }
