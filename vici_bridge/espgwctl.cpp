@@ -127,6 +127,8 @@ void print_stats(const Message& response) {
               response.boolean("charon-attached").value_or(false) ? "attached" : "not attached");
   std::printf("TCP packets from the tunnel cut to fit the lan mtu: %s\n",
               value_or(response, "tun-resegmented").c_str());
+  std::printf("receive steering (RPS) on the TUN device: %s\n",
+              value_or(response, "tun-rps").c_str());
   print_counters(response, "gateway-drops", "gateway drops");
   print_counters(response, "engine-drops", "engine drops");
   print_counters(response, "wan", "wan sockets");

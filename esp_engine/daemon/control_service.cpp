@@ -384,6 +384,7 @@ vici::Message ControlService::stats() {
   response.set("tunnel-mtu", status.tunnel_mtu);
   response.set("lan-mtu", status.lan_mtu);
   response.set_bool("jumbo-segments", status.jumbo_segments);
+  response.set("tun-rps", status.tun_rps);
   response.set("tun-resegmented", status.tun_resegmented);
   response.set("crypto-backend", status.crypto_backend);
   {

@@ -291,11 +291,13 @@ void Gateway::steer_tun_receive() {
         "%s: receive steering (RPS) not set: %s; the kernel may reorder a flow's packets "
         "that different workers wrote (docs/gateway.md)",
         tun_->name().c_str(), result.error.c_str());
+    tun_rps_state_ = "not set: " + result.error;
     return;
   }
   log(LogLevel::info, "%s: receive steering (RPS) to CPUs %s on %u receive queue%s%s",
       tun_->name().c_str(), mask.c_str(), result.queues_set, result.queues_set == 1 ? "" : "s",
       result.queues_kept ? " (others had CPUs set already, left as they were)" : "");
+  tun_rps_state_ = "CPUs " + mask;
 }
 
 Gateway::~Gateway() {

@@ -196,6 +196,8 @@ class Gateway {
   // Read by the TUN reader per frame and the TUN writer per batch.
   std::atomic<unsigned> segment_limit_{0};  // jumbo-segments: the tunnel MTU; else 0
   std::atomic<unsigned> lan_mtu_{1500};
+  // What steer_tun_receive did, for the status: "off", "CPUs MASK" or "not set: why".
+  std::string tun_rps_state_ = "off";
   size_t max_path_mtu_ = 1500;  // largest WAN path MTU towards a peer
 
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;

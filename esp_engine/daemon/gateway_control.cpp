@@ -110,6 +110,7 @@ GatewayStatus Gateway::status(bool entries) const {
   status.tunnel_mtu = tunnel_mtu_;
   status.lan_mtu = lan_mtu_.load(std::memory_order_relaxed);
   status.jumbo_segments = config_.jumbo_segments;
+  status.tun_rps = tun_rps_state_;
   status.tun_resegmented = counters_.tun_resegmented.load(std::memory_order_relaxed);
   status.crypto_backend = config_.crypto_backend;
   auto describe = [&](const auto& entry, xfrm::Direction direction) {

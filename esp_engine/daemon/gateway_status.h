@@ -51,6 +51,7 @@ struct GatewayStatus {
   unsigned tunnel_mtu = 0;
   unsigned lan_mtu = 0;         // larger TCP packets from the tunnel are cut to fit it
   bool jumbo_segments = false;  // TSO super-packets cut at the tunnel MTU
+  std::string tun_rps;          // receive steering: "off", "CPUs MASK" or "not set: why"
   uint64_t tun_resegmented = 0;
   std::string crypto_backend;
   // Filled in even without the lists.
