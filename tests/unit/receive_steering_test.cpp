@@ -56,6 +56,13 @@ class SteerReceiveQueues : public ::testing::Test {
     return line;
   }
 
+  // Steers `device` with index `ifindex` expecting a refusal; returns its reason.
+  std::string refusal(const char* device, unsigned ifindex) const {
+    const auto result = steer_receive_queues(root_.string(), device, ifindex, "3");
+    EXPECT_FALSE(result) << "steering " << device << " should have been refused";
+    return result.error;
+  }
+
   std::filesystem::path root_;
 };
 
@@ -80,26 +87,23 @@ TEST_F(SteerReceiveQueues, LeavesAQueueWhoseCpusAnAdministratorSet) {
 }
 
 TEST_F(SteerReceiveQueues, WritesNothingToAnotherNamespacesDeviceOfTheSameName) {
-  const auto result = steer_receive_queues(root_.string(), "espgw0", 12, "3");
-  EXPECT_FALSE(result);
-  EXPECT_NE(result.error.find("another network namespace"), std::string::npos) << result.error;
+  const std::string why = refusal("espgw0", 12);
+  EXPECT_NE(why.find("another network namespace"), std::string::npos) << why;
   EXPECT_EQ(read("rx-0"), "0");
   EXPECT_EQ(read("rx-1"), "0");
 }
 
 TEST_F(SteerReceiveQueues, AMissingDeviceIsAClearError) {
-  const auto result = steer_receive_queues(root_.string(), "espgw9", 7, "3");
-  EXPECT_FALSE(result);
-  EXPECT_NE(result.error.find("espgw9 not found"), std::string::npos) << result.error;
+  const std::string why = refusal("espgw9", 7);
+  EXPECT_NE(why.find("espgw9 not found"), std::string::npos) << why;
 }
 
 TEST_F(SteerReceiveQueues, AFailedWriteIsReportedWithTheSystemsReason) {
   // A directory where the file should be: open(O_WRONLY) fails with EISDIR.
   std::filesystem::remove(root_ / "espgw0" / "queues" / "rx-0" / "rps_cpus");
   std::filesystem::create_directories(root_ / "espgw0" / "queues" / "rx-0" / "rps_cpus");
-  const auto result = steer_receive_queues(root_.string(), "espgw0", 7, "3");
-  EXPECT_FALSE(result);
-  EXPECT_NE(result.error.find("Is a directory"), std::string::npos) << result.error;
+  const std::string why = refusal("espgw0", 7);
+  EXPECT_NE(why.find("Is a directory"), std::string::npos) << why;
 }
 
 }  // namespace
