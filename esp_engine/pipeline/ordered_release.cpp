@@ -82,28 +82,56 @@ bool OrderedRelease::take_ready(LazyNow& now) {
   return true;
 }
 
+size_t OrderedRelease::stage_or_take(std::span<const Staged> batch, std::span<Packet*> out,
+                                     PacketSink& sink, PacketPool& pool) {
+  {
+    std::lock_guard guard(lock_);
+    if (const std::optional<size_t> taken = take_in_order(batch, out)) return *taken;
+    LazyNow now;
+    for (const Staged& s : batch) buffer_.insert(s.index, s.packet, now, pending_);
+    if (!take_ready(now)) return 0;
+  }
+  deliver_from(delivering_, sink, pool);
+  return 0;
+}
+
+bool OrderedRelease::finish_delivery(std::span<Packet* const> delivered, PacketSink& sink,
+                                     PacketPool& pool) {
+  bool held = false;
+  if (!after_delivery(delivered, pool, held)) return held;
+  return deliver_from(delivering_, sink, pool);
+}
+
 bool OrderedRelease::deliver_from(std::span<Packet* const> packets, PacketSink& sink,
                                   PacketPool& pool) {
+  bool held = false;
   for (;;) {
     sink.deliver(packets);
-    pool.release(packets);
-    // Only the delivering thread writes it, and the next one takes over under lock_.
-    delivered_.store(delivered_.load(std::memory_order_relaxed) + packets.size(),
-                     std::memory_order_release);
-    if (shared_in_flight_) shared_in_flight_->fetch_sub(packets.size(), std::memory_order_relaxed);
-    delivering_.clear();
-    std::lock_guard guard(lock_);
-    LazyNow now;
-    // Whatever other threads staged while this one delivered is ready now or held: they
-    // were turned away by draining_, so this thread must not stop before it looked.
-    release_held(now);
-    if (pending_.empty()) {
-      draining_ = false;
-      return buffer_.packets_waiting();
-    }
-    delivering_.swap(pending_);
+    if (!after_delivery(packets, pool, held)) return held;
     packets = delivering_;
   }
+}
+
+bool OrderedRelease::after_delivery(std::span<Packet* const> packets, PacketPool& pool,
+                                    bool& held) {
+  pool.release(packets);
+  // Only the delivering thread writes it, and the next one takes over under lock_.
+  delivered_.store(delivered_.load(std::memory_order_relaxed) + packets.size(),
+                   std::memory_order_release);
+  if (shared_in_flight_) shared_in_flight_->fetch_sub(packets.size(), std::memory_order_relaxed);
+  delivering_.clear();
+  std::lock_guard guard(lock_);
+  LazyNow now;
+  // Whatever other threads staged while this one delivered is ready now or held: they
+  // were turned away by draining_, so this thread must not stop before it looked.
+  release_held(now);
+  if (pending_.empty()) {
+    draining_ = false;
+    held = buffer_.packets_waiting();
+    return false;
+  }
+  delivering_.swap(pending_);
+  return true;
 }
 
 void OrderedRelease::flush(PacketSink& sink, PacketPool& pool) {

@@ -22,10 +22,33 @@ namespace espgw::pipeline {
 // shared by several channels (the TUN writer) is called concurrently for different
 // channels and must be thread-safe. The packets return to the pool when deliver()
 // returns.
+class SharedSink;
 class PacketSink {
  public:
   virtual ~PacketSink() = default;
   virtual void deliver(std::span<Packet* const> packets) = 0;
+  // The sink this channel's packets may also reach together with other channels', in one
+  // call (SharedSink); nullptr when deliver() is the only way.
+  virtual SharedSink* shared() { return nullptr; }
+};
+
+// One channel's packets in order, within a delivery of several channels.
+struct ChannelDelivery {
+  PacketSink* channel_sink;  // the channel's own sink (whose shared() is the SharedSink)
+  std::span<Packet* const> packets;
+};
+
+// A destination that many channels share, such as the socket that carries every SA's ESP
+// packets to its peers. A worker's batch can hold one packet each of many SAs (flows
+// hashed over an ECMP group, many tunnels): passed to the channels' sinks one by one it
+// would cost a system call per SA, passed here the whole batch costs one. Each channel's
+// packets arrive in order and, while this runs, no other thread delivers that channel's.
+// Called by several threads at once (for different channels); the packets return to the
+// pool when it returns.
+class SharedSink {
+ public:
+  virtual ~SharedSink() = default;
+  virtual void deliver_together(std::span<const ChannelDelivery> deliveries) = 0;
 };
 
 // Aligned to a cache line and laid out so that a packet released in order touches two
@@ -62,6 +85,20 @@ class alignas(64) OrderedRelease {
   // the buffer and gives up on a gap they fill. Returns as insert() does.
   bool stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto, PacketSink& sink,
                        PacketPool& pool);
+  // stage_and_drain() for a caller that sends several channels' packets in one call
+  // (SharedSink). A batch that goes the direct way (it continues the release point, nothing
+  // held, pending or being delivered) is not delivered here: its packets are put in `out`
+  // and their number returned, and this thread then holds the channel's delivery (other
+  // threads leave theirs pending) until it passes them to finish_delivery() once the
+  // shared sink has them. Any other batch is staged and delivered as stage_and_drain()
+  // does, and 0 returned. Never more than kInOrderMax packets in `out`. For channels whose
+  // gaps need no timer (outbound: numbers are dense), so it does not report held packets.
+  size_t stage_or_take(std::span<const Staged> batch, std::span<Packet*> out, PacketSink& sink,
+                       PacketPool& pool);
+  // After the sink took what stage_or_take() put in `out`: counts them delivered, returns
+  // them to the pool, then delivers (through `sink`) what other threads staged meanwhile.
+  // Returns as stage_and_drain() does.
+  bool finish_delivery(std::span<Packet* const> delivered, PacketSink& sink, PacketPool& pool);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
   // Delivers everything held, skipping every gap. While another thread delivers, what
@@ -94,6 +131,10 @@ class alignas(64) OrderedRelease {
   // Delivers `packets` (the caller set draining_), then whatever became ready meanwhile,
   // until nothing is. Returns whether packets stay held behind a gap.
   bool deliver_from(std::span<Packet* const> packets, PacketSink& sink, PacketPool& pool);
+  // The delivering thread, once the sink has `packets`: counts them, returns them to the
+  // pool, and under lock_ either takes what became ready meanwhile into delivering_ (true:
+  // deliver that next) or ends the delivery (false; `held`: packets wait behind a gap).
+  bool after_delivery(std::span<Packet* const> packets, PacketPool& pool, bool& held);
   // Under lock_: if `batch` continues the release point with nothing held, pending or being
   // delivered (one thread's packets in order, the common case), takes its packets into
   // `out` for delivery, marks their indexes released and sets draining_; returns how many

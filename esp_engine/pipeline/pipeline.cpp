@@ -510,7 +510,8 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
 void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker) {
   // Crypto for the whole batch first; then, per channel touched, the shared and serial
   // part once: one replay-window commit, one acquisition of the release lock to stage
-  // them all, one drain. Doing these once per batch and channel keeps workers that share
+  // them all, one drain (and outbound, one send for every channel whose sink shares one:
+  // SharedSink, the WAN socket). Doing these once per batch and channel keeps workers that share
   // an SA from trading its locks for every packet. A batch can span as many channels as
   // it has packets (64 SAs in an ECMP group), so the per-batch state is kept compact:
   // channels are found through a 64-entry table indexed by a hash of their address and
@@ -588,6 +589,16 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
   static_assert(OrderedRelease::kInOrderMax >= kWorkerBatch, "a batch's channel group in order");
   std::array<OrderedRelease::Staged, kWorkerBatch> staged;
   std::array<esp::FinishItem, kWorkerBatch> opened;
+  // Outbound channels whose sinks share one (the WAN socket): the packets each goes to
+  // send directly are gathered, and sent with one call per shared sink after the loop.
+  struct Taken {
+    OrderedRelease* release;
+    SharedSink* shared;
+    ChannelDelivery delivery;
+  };
+  std::array<Taken, kWorkerBatch> taken;
+  std::array<Packet*, kWorkerBatch> taken_packets;
+  size_t taken_count = 0, taken_packet_count = 0;
   for (size_t g = 0; g < group_count; ++g) {
     const Group& group = groups[g];
     Packet* const* packets = grouped.data() + group.first;
@@ -595,8 +606,19 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       // Outbound packets are released by their sequence number, dense per SA.
       for (uint32_t j = 0; j < group.packets; ++j)
         staged[j] = {packets[j]->encap.sequence, packets[j]};
-      group.outbound->release().stage_and_drain(std::span(staged.data(), group.packets), 0,
-                                                group.outbound->sink(), pool_);
+      OrderedRelease& release = group.outbound->release();
+      PacketSink& sink = group.outbound->sink();
+      const std::span batch_of_channel(staged.data(), group.packets);
+      SharedSink* shared = sink.shared();
+      if (shared == nullptr) {
+        release.stage_and_drain(batch_of_channel, 0, sink, pool_);
+        continue;
+      }
+      const std::span out(taken_packets.data() + taken_packet_count, group.packets);
+      if (const size_t direct = release.stage_or_take(batch_of_channel, out, sink, pool_)) {
+        taken[taken_count++] = {&release, shared, {&sink, out.first(direct)}};
+        taken_packet_count += direct;
+      }
       continue;
     }
     // Inbound packets whose ICV verified: finished together, with one acquisition of the
@@ -620,6 +642,23 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     if (group.inbound->release().stage_and_drain(std::span(staged.data(), staged_count),
                                                  group.finished, group.inbound->sink(), pool_))
       schedule_gap_timer(*group.inbound);
+  }
+  // One call per shared sink (usually one: the UDP socket; raw ESP SAs have another), then
+  // each channel's delivery ends, delivering what other threads staged meanwhile.
+  std::array<ChannelDelivery, kWorkerBatch> together;
+  for (size_t first = 0; first < taken_count; ++first) {
+    SharedSink* const shared = taken[first].shared;
+    if (shared == nullptr) continue;  // went with an earlier one
+    size_t channels = 0;
+    for (size_t i = first; i < taken_count; ++i)
+      if (taken[i].shared == shared) together[channels++] = taken[i].delivery;
+    shared->deliver_together(std::span(together.data(), channels));
+    for (size_t i = first; i < taken_count; ++i) {
+      if (taken[i].shared != shared) continue;
+      const ChannelDelivery& delivery = taken[i].delivery;
+      taken[i].release->finish_delivery(delivery.packets, *delivery.channel_sink, pool_);
+      taken[i].shared = nullptr;
+    }
   }
 }
 

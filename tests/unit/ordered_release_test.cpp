@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -131,6 +132,40 @@ TEST(OrderedRelease, ABatchStagedWhileThisThreadDeliversLeavesAfterWhatIsBeingDe
   EXPECT_FALSE(nested_reported_held);
   EXPECT_EQ(calls, 2);  // the outer delivery came back for the nested batch
   EXPECT_EQ(sink.indexes(), range(0, 4));
+}
+
+// The way a batch spanning many channels reaches a shared sink: the in-order batch is
+// handed to the caller instead of the sink, and until the caller finishes its delivery,
+// the channel is still being delivered, so what another thread stages meanwhile waits and
+// leaves after it, through the channel's own sink.
+TEST(OrderedRelease, ABatchTakenForASharedSinkHoldsTheDeliveryUntilItIsFinished) {
+  PacketPool pool(64, 64);
+  IndexSink sink;
+  OrderedRelease release(16, kHoldNs, 0);
+  std::array<Packet*, OrderedRelease::kInOrderMax> out{};
+  std::vector<OrderedRelease::Staged> first = {{0, tagged(pool, 0)}, {1, tagged(pool, 1)}};
+  ASSERT_EQ(release.stage_or_take(first, out, sink, pool), 2u);
+  EXPECT_EQ(out[0]->encap.sequence, 0u);
+  EXPECT_EQ(out[1]->encap.sequence, 1u);
+  EXPECT_TRUE(release.delivering());
+
+  // Staged meanwhile (another worker), in order but behind the taken batch: held back.
+  std::vector<OrderedRelease::Staged> next = {{2, tagged(pool, 2)}, {3, tagged(pool, 3)}};
+  EXPECT_FALSE(release.stage_and_drain(next, 0, sink, pool));
+  EXPECT_TRUE(sink.indexes().empty());
+  // And a batch after a gap is not taken: it goes the ordinary way (held in the buffer).
+  std::vector<OrderedRelease::Staged> after_gap = {{5, tagged(pool, 5)}};
+  std::array<Packet*, OrderedRelease::kInOrderMax> unused{};
+  EXPECT_EQ(release.stage_or_take(after_gap, unused, sink, pool), 0u);
+
+  // The shared sink sent 0 and 1; finishing delivers 2 and 3 through the channel's sink.
+  EXPECT_TRUE(release.finish_delivery(std::span(out.data(), 2), sink, pool));  // 5 waits for 4
+  EXPECT_EQ(sink.indexes(), range(2, 4));
+  EXPECT_FALSE(release.delivering());
+  EXPECT_EQ(release.delivered(), 4u);
+  EXPECT_FALSE(release.insert(4, tagged(pool, 4), sink, pool));
+  EXPECT_EQ(sink.indexes(), range(2, 6));
+  EXPECT_EQ(pool.count_free(), pool.size());
 }
 
 // Workers that each take a block of consecutive indexes (as a reader takes sequence

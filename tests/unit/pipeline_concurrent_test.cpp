@@ -59,7 +59,8 @@ void random_delay(unsigned) {
 // Records what one SA's sink sees and catches concurrent entry.
 class RecordingSink final : public PacketSink {
  public:
-  explicit RecordingSink(bool inner) : inner_(inner) {}
+  explicit RecordingSink(bool inner, SharedSink* shared = nullptr)
+      : inner_(inner), shared_(shared) {}
   void deliver(std::span<Packet* const> packets) override {
     if (inside_.exchange(true)) overlapped_ = true;
     std::lock_guard guard(mutex_);
@@ -79,13 +80,31 @@ class RecordingSink final : public PacketSink {
     return inner_ ? counter_.size() : sequence_.size();
   }
   bool overlapped() const { return overlapped_.load(); }
+  SharedSink* shared() override { return shared_; }
   std::vector<uint32_t> sequence_, stream_, counter_;
 
  private:
   bool inner_;
+  SharedSink* shared_;
   std::mutex mutex_;
   std::atomic<bool> inside_{false};
   std::atomic<bool> overlapped_{false};
+};
+
+// Stands for the WAN socket that every SA's packets leave through: passes each channel's
+// packets to its RecordingSink (which checks that no two threads deliver one channel at
+// once) and counts the calls that carried several channels.
+class GatheringSink final : public SharedSink {
+ public:
+  void deliver_together(std::span<const ChannelDelivery> deliveries) override {
+    random_delay(0);  // a slow send: other threads stage these channels' next packets meanwhile
+    calls.fetch_add(1);
+    if (deliveries.size() > 1) calls_with_several_channels.fetch_add(1);
+    for (const ChannelDelivery& delivery : deliveries)
+      delivery.channel_sink->deliver(delivery.packets);
+  }
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> calls_with_several_channels{0};
 };
 
 Packet* acquire_blocking(Pipeline& pipeline) {
@@ -105,7 +124,8 @@ bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit) {
 }
 
 // With worker threads, or with none: the producers run their packets to completion.
-void run_outbound(bool run_to_completion) {
+// With `shared`, every SA's sink shares one GatheringSink, as the gateway's WAN sinks do.
+void run_outbound(bool run_to_completion, bool shared = false) {
   constexpr int kSas = 6, kProducers = 3, kPerProducerPerSa = 1500;
   PipelineConfig config;
   config.workers = 4;
@@ -116,10 +136,11 @@ void run_outbound(bool run_to_completion) {
   std::vector<std::unique_ptr<RecordingSink>> sinks;
   std::vector<std::shared_ptr<OutboundChannel>> channels;
   std::atomic<uint64_t> attempts_refused{0};
+  GatheringSink gathering;
   {
     Pipeline pipeline(config);
     for (int s = 0; s < kSas; ++s) {
-      sinks.push_back(std::make_unique<RecordingSink>(false));
+      sinks.push_back(std::make_unique<RecordingSink>(false, shared ? &gathering : nullptr));
       auto sa = std::make_shared<esp::OutboundSa>(
           test::make_sa_config(AeadAlgorithm::aes_gcm_128, s % 2, false, false, 0x100 + s),
           crypto::ipsec_mb_backend());
@@ -183,6 +204,14 @@ void run_outbound(bool run_to_completion) {
   EXPECT_EQ(queue_full, attempts_refused.load()) << "every refusal is a counted queue-full drop";
   std::printf("[ pipeline ] outbound: %llu queue-full drops (counted)\n",
               static_cast<unsigned long long>(queue_full));
+  if (shared) {
+    // The producers submit to the SAs in turn, so batches span several: the shared sink
+    // got them together.
+    EXPECT_GT(gathering.calls_with_several_channels.load(), 0u);
+    std::printf("[ pipeline ] shared sink: %llu calls, %llu with several SAs\n",
+                static_cast<unsigned long long>(gathering.calls.load()),
+                static_cast<unsigned long long>(gathering.calls_with_several_channels.load()));
+  }
 }
 
 TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
@@ -191,6 +220,14 @@ TEST(PipelineConcurrent, OutboundLeavesInSequenceOrderFromManyProducers) {
 
 TEST(PipelineConcurrent, OutboundRunToCompletionLeavesInSequenceOrder) {
   run_outbound(true);
+}
+
+TEST(PipelineConcurrent, OutboundThroughASharedSinkLeavesInSequenceOrderWithWorkers) {
+  run_outbound(false, true);
+}
+
+TEST(PipelineConcurrent, OutboundThroughASharedSinkLeavesInSequenceOrderRunToCompletion) {
+  run_outbound(true, true);
 }
 
 struct InboundScenario {
