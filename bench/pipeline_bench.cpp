@@ -380,10 +380,17 @@ class InboundSink : public pl::PacketSink {
 };
 
 // The wire: each sealed ESP packet goes back into the same pipeline, inbound.
-class LoopbackSink : public pl::PacketSink {
+class LoopbackSink : public pl::PacketSink, public pl::SharedSink {
  public:
   explicit LoopbackSink(Totals& totals) : totals_(totals) {}
   void set_pipeline(pl::Pipeline* pipeline) { pipeline_ = pipeline; }
+
+  // The wire every SA's packets take, as the gateway's WAN socket is: a worker's batch
+  // comes in one call, however many SAs it spans (as the gateway sends it).
+  pl::SharedSink* shared() override { return this; }
+  void deliver_together(std::span<const pl::ChannelDelivery> deliveries) override {
+    for (const pl::ChannelDelivery& delivery : deliveries) deliver(delivery.packets);
+  }
 
   void deliver(std::span<pl::Packet* const> packets) override {
     for (const pl::Packet* packet : packets) {

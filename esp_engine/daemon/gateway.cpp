@@ -122,37 +122,64 @@ void log_drops(const char* what, const esp::DropCounters& counters) {
 
 }  // namespace
 
-// Sends one SA's ESP packets to its peer, a batch per sendmmsg.
-class Gateway::WanSink final : public pipeline::PacketSink {
+// Sends the ESP packets of every SA that leaves through one WAN socket. A worker's batch
+// that holds packets of many SAs (flows hashed over an ECMP group, many tunnels) goes out
+// in one send: one sendmmsg, and with UDP GSO one buffer per run of equal-size packets to
+// one peer, whichever SAs they belong to.
+class Gateway::WanTransmitter final : public pipeline::SharedSink {
  public:
-  WanSink(io::WanSocket& socket, const esp::SaConfig& sa, GatewayCounters& counters)
-      : socket_(socket), counters_(counters) {
-    const uint16_t port = sa.udp_encapsulation ? sa.udp_encapsulation->destination_port : 0;
-    peer_length_ = io::WanSocket::make_peer(sa.tunnel_destination, port, peer_);
-  }
-  void deliver(std::span<pipeline::Packet* const> packets) override {
-    std::array<io::Outgoing, pipeline::Pipeline::kWorkerBatch * 2> batch;
-    size_t offset = 0;
-    while (offset < packets.size()) {
-      const size_t count = std::min(batch.size(), packets.size() - offset);
-      for (size_t i = 0; i < count; ++i) {
-        const esp::PacketBuffer& buffer = packets[offset + i]->buffer;
-        batch[i] = {buffer.data(), buffer.size(), &peer_, peer_length_};
-      }
-      const int sent = socket_.send({batch.data(), count});
-      if (static_cast<size_t>(sent) < count)
-        counters_.wan_send_failed.fetch_add(count - static_cast<size_t>(std::max(sent, 0)),
-                                            std::memory_order_relaxed);
-      offset += count;
-    }
-  }
+  WanTransmitter(io::WanSocket& socket, GatewayCounters& counters)
+      : socket_(socket), counters_(counters) {}
+  void deliver_together(std::span<const pipeline::ChannelDelivery> deliveries) override;
 
  private:
   io::WanSocket& socket_;
   GatewayCounters& counters_;
+};
+
+// One SA's way out: its peer's address, and the socket's transmitter.
+class Gateway::WanSink final : public pipeline::PacketSink {
+ public:
+  WanSink(WanTransmitter& transmitter, const esp::SaConfig& sa) : transmitter_(transmitter) {
+    const uint16_t port = sa.udp_encapsulation ? sa.udp_encapsulation->destination_port : 0;
+    peer_length_ = io::WanSocket::make_peer(sa.tunnel_destination, port, peer_);
+  }
+  void deliver(std::span<pipeline::Packet* const> packets) override {
+    const pipeline::ChannelDelivery delivery{this, packets};
+    transmitter_.deliver_together({&delivery, 1});
+  }
+  pipeline::SharedSink* shared() override { return &transmitter_; }
+  const sockaddr_storage& peer() const { return peer_; }
+  socklen_t peer_length() const { return peer_length_; }
+
+ private:
+  WanTransmitter& transmitter_;
   sockaddr_storage peer_{};
   socklen_t peer_length_ = 0;
 };
+
+void Gateway::WanTransmitter::deliver_together(
+    std::span<const pipeline::ChannelDelivery> deliveries) {
+  std::array<io::Outgoing, pipeline::Pipeline::kWorkerBatch * 2> batch;
+  size_t count = 0;
+  auto send = [&] {
+    const int sent = socket_.send({batch.data(), count});
+    if (static_cast<size_t>(sent) < count)
+      counters_.wan_send_failed.fetch_add(count - static_cast<size_t>(std::max(sent, 0)),
+                                          std::memory_order_relaxed);
+    count = 0;
+  };
+  for (const pipeline::ChannelDelivery& delivery : deliveries) {
+    // Only WanSinks name this transmitter as their shared sink.
+    const auto& sink = static_cast<const WanSink&>(*delivery.channel_sink);
+    for (const pipeline::Packet* packet : delivery.packets) {
+      if (count == batch.size()) send();
+      batch[count++] = {packet->buffer.data(), packet->buffer.size(), &sink.peer(),
+                        sink.peer_length()};
+    }
+  }
+  if (count != 0) send();
+}
 
 // Writes decrypted packets into the TUN device. Shared by every inbound SA: a write of
 // one frame is atomic, so concurrent calls for different SAs are fine. With offloads, the
@@ -376,6 +403,14 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
   return *raw_socket_;
 }
 
+Gateway::WanTransmitter& Gateway::transmitter_for(const esp::SaConfig& sa) {
+  io::WanSocket& socket = socket_for(sa);
+  std::unique_ptr<WanTransmitter>& transmitter =
+      sa.udp_encapsulation ? udp_transmitter_ : raw_transmitter_;
+  if (!transmitter) transmitter = std::make_unique<WanTransmitter>(socket, counters_);
+  return *transmitter;
+}
+
 std::shared_ptr<pipeline::SaGroup> Gateway::group_locked(uint32_t reqid) {
   const auto current = forwarding_.load();
   if (auto found = current->groups.find(reqid); found != current->groups.end())
@@ -412,7 +447,7 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     fresh->entry = entry;
     fresh->from_charon = from_charon;
     fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, backend);
-    fresh->sink = std::make_shared<WanSink>(socket_for(entry.config), entry.config, counters_);
+    fresh->sink = std::make_shared<WanSink>(transmitter_for(entry.config), entry.config);
     // Packets in flight after the SA is removed still deliver through the sink: the
     // channel keeps it until the pipeline deletes the channel.
     fresh->channel = pipeline_->make_outbound(fresh->sa, *fresh->sink, fresh->sink);

@@ -120,6 +120,7 @@ class Gateway {
                 std::span<const uint8_t> ike);
 
  private:
+  class WanTransmitter;
   class WanSink;
   class TunSink;
   struct OutboundEntry;
@@ -172,6 +173,8 @@ class Gateway {
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
+  // The sender for the socket an SA's packets leave through (created with it).
+  WanTransmitter& transmitter_for(const esp::SaConfig& config);
   // One reader thread per UDP socket (SO_REUSEPORT has already spread the peers).
   void start_udp_readers();
   void tun_reader(unsigned queue);
@@ -188,6 +191,10 @@ class Gateway {
   // One raw ESP socket is enough: every raw socket of the protocol gets a copy of every
   // packet, so a second would only double the work.
   std::unique_ptr<io::WanSocket> raw_socket_;
+  // What sends through udp_sockets_.front() and raw_socket_: every SA's WanSink, together.
+  // Declared before pipeline_, which delivers through them until it is gone.
+  std::unique_ptr<WanTransmitter> udp_transmitter_;
+  std::unique_ptr<WanTransmitter> raw_transmitter_;
   xfrm::RtNetlink netlink_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   std::unique_ptr<TunSink> tun_sink_;

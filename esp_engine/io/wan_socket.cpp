@@ -39,6 +39,14 @@ void size_buffers(int fd, size_t bytes) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof value);
 }
 
+// Whether two packets go to one address and port: then they can share a GSO buffer, also
+// when they belong to different SAs (an ECMP group's members all go to one peer), whose
+// sinks each hold their own copy of the address.
+bool same_peer(const Outgoing& a, const Outgoing& b) {
+  return a.peer == b.peer ||
+         (a.peer_length == b.peer_length && std::memcmp(a.peer, b.peer, a.peer_length) == 0);
+}
+
 }  // namespace
 
 socklen_t WanSocket::make_peer(const esp::IpAddress& address, uint16_t port,
@@ -314,7 +322,7 @@ int WanSocket::send_segmented(std::span<const Outgoing> packets) const {
       const Outgoing& first = packets[next];
       size_t run = 1;
       while (next + run < packets.size() && run < kMaxSegments &&
-             vector_count + run < vectors.size() && packets[next + run].peer == first.peer &&
+             vector_count + run < vectors.size() && same_peer(packets[next + run], first) &&
              packets[next + run].length <= first.length &&
              packets[next + run - 1].length == first.length &&
              run * first.length + packets[next + run].length <= 65000)
