@@ -8,6 +8,7 @@ OutboundChannel::OutboundChannel(std::shared_ptr<esp::OutboundSa> sa, PacketSink
                                  size_t max_in_flight, std::shared_ptr<void> keep_alive)
     : sa_(std::move(sa)),
       sink_(sink),
+      shared_sink_(sink.shared()),
       max_in_flight_(max_in_flight),
       first_sequence_(sa_->last_sequence() + 1),
       keep_alive_(std::move(keep_alive)),

@@ -26,6 +26,8 @@ class OutboundChannel {
 
   esp::OutboundSa& sa() { return *sa_; }
   PacketSink& sink() { return sink_; }
+  // The sink's shared sink, asked once: process_batch looks at it per channel and batch.
+  SharedSink* shared_sink() const { return shared_sink_; }
   size_t in_flight() const;
   size_t max_in_flight() const { return max_in_flight_; }
   // The highest sequence number taken so far; every packet up to it has been delivered
@@ -49,6 +51,7 @@ class OutboundChannel {
   // What every packet reads first (one cache line), the release state on the next ones.
   std::shared_ptr<esp::OutboundSa> sa_;
   PacketSink& sink_;
+  SharedSink* const shared_sink_;
   const size_t max_in_flight_;
   // Packets are released by sequence number, which the SA hands out in order under its
   // own lock, so the channel needs no lock of its own. The first number is fixed here.

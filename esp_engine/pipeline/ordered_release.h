@@ -28,7 +28,8 @@ class PacketSink {
   virtual ~PacketSink() = default;
   virtual void deliver(std::span<Packet* const> packets) = 0;
   // The sink this channel's packets may also reach together with other channels', in one
-  // call (SharedSink); nullptr when deliver() is the only way.
+  // call (SharedSink); nullptr when deliver() is the only way. Asked once, when an
+  // outbound channel is made, so the answer must not change.
   virtual SharedSink* shared() { return nullptr; }
 };
 

@@ -591,12 +591,9 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
   std::array<esp::FinishItem, kWorkerBatch> opened;
   // Outbound channels whose sinks share one (the WAN socket): the packets each goes to
   // send directly are gathered, and sent with one call per shared sink after the loop.
-  struct Taken {
-    OrderedRelease* release;
-    SharedSink* shared;
-    ChannelDelivery delivery;
-  };
-  std::array<Taken, kWorkerBatch> taken;
+  std::array<ChannelDelivery, kWorkerBatch> taken;
+  std::array<OrderedRelease*, kWorkerBatch> taken_release;
+  std::array<SharedSink*, kWorkerBatch> taken_shared;
   std::array<Packet*, kWorkerBatch> taken_packets;
   size_t taken_count = 0, taken_packet_count = 0;
   for (size_t g = 0; g < group_count; ++g) {
@@ -609,14 +606,16 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       OrderedRelease& release = group.outbound->release();
       PacketSink& sink = group.outbound->sink();
       const std::span batch_of_channel(staged.data(), group.packets);
-      SharedSink* shared = sink.shared();
+      SharedSink* const shared = group.outbound->shared_sink();
       if (shared == nullptr) {
         release.stage_and_drain(batch_of_channel, 0, sink, pool_);
         continue;
       }
       const std::span out(taken_packets.data() + taken_packet_count, group.packets);
       if (const size_t direct = release.stage_or_take(batch_of_channel, out, sink, pool_)) {
-        taken[taken_count++] = {&release, shared, {&sink, out.first(direct)}};
+        taken[taken_count] = {&sink, out.first(direct)};
+        taken_release[taken_count] = &release;
+        taken_shared[taken_count++] = shared;
         taken_packet_count += direct;
       }
       continue;
@@ -643,22 +642,22 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
                                                  group.finished, group.inbound->sink(), pool_))
       schedule_gap_timer(*group.inbound);
   }
-  // One call per shared sink (usually one: the UDP socket; raw ESP SAs have another), then
-  // each channel's delivery ends, delivering what other threads staged meanwhile.
-  std::array<ChannelDelivery, kWorkerBatch> together;
-  for (size_t first = 0; first < taken_count; ++first) {
-    SharedSink* const shared = taken[first].shared;
-    if (shared == nullptr) continue;  // went with an earlier one
-    size_t channels = 0;
-    for (size_t i = first; i < taken_count; ++i)
-      if (taken[i].shared == shared) together[channels++] = taken[i].delivery;
-    shared->deliver_together(std::span(together.data(), channels));
-    for (size_t i = first; i < taken_count; ++i) {
-      if (taken[i].shared != shared) continue;
-      const ChannelDelivery& delivery = taken[i].delivery;
-      taken[i].release->finish_delivery(delivery.packets, *delivery.channel_sink, pool_);
-      taken[i].shared = nullptr;
+  // One call per shared sink, then each channel's delivery ends, delivering what other
+  // threads staged meanwhile. Usually every channel has the same one (the UDP socket; raw
+  // ESP SAs have another), and the loop below runs once, moving nothing.
+  for (size_t done = 0; done < taken_count;) {
+    SharedSink* const shared = taken_shared[done];
+    size_t end = done;
+    for (size_t i = done; i < taken_count; ++i) {
+      if (taken_shared[i] != shared) continue;
+      std::swap(taken[i], taken[end]);
+      std::swap(taken_release[i], taken_release[end]);
+      std::swap(taken_shared[i], taken_shared[end]);
+      ++end;
     }
+    shared->deliver_together(std::span(taken.data() + done, end - done));
+    for (; done < end; ++done)
+      taken_release[done]->finish_delivery(taken[done].packets, *taken[done].channel_sink, pool_);
   }
 }
 
