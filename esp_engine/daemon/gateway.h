@@ -2,7 +2,8 @@
 // the parallel pipeline together, and keeps the kernel's view (TUN link, MTU, routes for
 // remote subnets) in line with the policies.
 //
-//   TUN reader ─ SPD lookup (out) ─ SA group (reqid) ─ flow hash ─ pipeline ─ WanSink ─ WAN
+//   TUN reader ─ SPD lookup (out) ─ SA group (reqid) ─ flow hash ─ pipeline
+//              ─ WanSink (per SA: its peer) ─ WanTransmitter (per socket: one send a batch) ─ WAN
 //   WAN reader ─ RFC 3948 demux ─ pipeline (SPI) ─ TunSink ─ TUN
 #pragma once
 
