@@ -95,10 +95,9 @@ size_t OrderedRelease::stage_or_take(std::span<const Staged> batch, std::span<Pa
   return 0;
 }
 
-bool OrderedRelease::finish_delivery(std::span<Packet* const> delivered, PacketSink& sink,
-                                     PacketPool& pool) {
+bool OrderedRelease::finish_delivery(size_t delivered, PacketSink& sink, PacketPool& pool) {
   bool held = false;
-  if (!after_delivery(delivered, pool, held)) return held;
+  if (!after_delivery(delivered, held)) return held;
   return deliver_from(delivering_, sink, pool);
 }
 
@@ -107,18 +106,17 @@ bool OrderedRelease::deliver_from(std::span<Packet* const> packets, PacketSink& 
   bool held = false;
   for (;;) {
     sink.deliver(packets);
-    if (!after_delivery(packets, pool, held)) return held;
+    pool.release(packets);
+    if (!after_delivery(packets.size(), held)) return held;
     packets = delivering_;
   }
 }
 
-bool OrderedRelease::after_delivery(std::span<Packet* const> packets, PacketPool& pool,
-                                    bool& held) {
-  pool.release(packets);
+bool OrderedRelease::after_delivery(size_t delivered, bool& held) {
   // Only the delivering thread writes it, and the next one takes over under lock_.
-  delivered_.store(delivered_.load(std::memory_order_relaxed) + packets.size(),
+  delivered_.store(delivered_.load(std::memory_order_relaxed) + delivered,
                    std::memory_order_release);
-  if (shared_in_flight_) shared_in_flight_->fetch_sub(packets.size(), std::memory_order_relaxed);
+  if (shared_in_flight_) shared_in_flight_->fetch_sub(delivered, std::memory_order_relaxed);
   delivering_.clear();
   std::lock_guard guard(lock_);
   LazyNow now;

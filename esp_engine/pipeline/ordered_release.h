@@ -96,10 +96,11 @@ class alignas(64) OrderedRelease {
   // gaps need no timer (outbound: numbers are dense), so it does not report held packets.
   size_t stage_or_take(std::span<const Staged> batch, std::span<Packet*> out, PacketSink& sink,
                        PacketPool& pool);
-  // After the sink took what stage_or_take() put in `out`: counts them delivered, returns
-  // them to the pool, then delivers (through `sink`) what other threads staged meanwhile.
-  // Returns as stage_and_drain() does.
-  bool finish_delivery(std::span<Packet* const> delivered, PacketSink& sink, PacketPool& pool);
+  // After the shared sink took the `delivered` packets stage_or_take() put in `out`, and
+  // the caller returned them to the pool (all channels' at once: one pool call a batch,
+  // not one per SA): counts them delivered, then delivers (through `sink`) what other
+  // threads staged meanwhile. Returns as stage_and_drain() does.
+  bool finish_delivery(size_t delivered, PacketSink& sink, PacketPool& pool);
   // Delivers what is ready (including gaps whose hold time expired).
   bool drain(PacketSink& sink, PacketPool& pool);
   // Delivers everything held, skipping every gap. While another thread delivers, what
@@ -132,10 +133,11 @@ class alignas(64) OrderedRelease {
   // Delivers `packets` (the caller set draining_), then whatever became ready meanwhile,
   // until nothing is. Returns whether packets stay held behind a gap.
   bool deliver_from(std::span<Packet* const> packets, PacketSink& sink, PacketPool& pool);
-  // The delivering thread, once the sink has `packets`: counts them, returns them to the
-  // pool, and under lock_ either takes what became ready meanwhile into delivering_ (true:
-  // deliver that next) or ends the delivery (false; `held`: packets wait behind a gap).
-  bool after_delivery(std::span<Packet* const> packets, PacketPool& pool, bool& held);
+  // The delivering thread, once the sink has had `delivered` packets and they are back in
+  // the pool: counts them, and under lock_ either takes what became ready meanwhile into
+  // delivering_ (true: deliver that next) or ends the delivery (false; `held`: packets
+  // wait behind a gap).
+  bool after_delivery(size_t delivered, bool& held);
   // Under lock_: if `batch` continues the release point with nothing held, pending or being
   // delivered (one thread's packets in order, the common case), takes its packets into
   // `out` for delivery, marks their indexes released and sets draining_; returns how many

@@ -656,8 +656,15 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       ++end;
     }
     shared->deliver_together(std::span(taken.data() + done, end - done));
+    // Back to the pool before the deliveries end, as deliver_from does: with one shared
+    // sink (the usual case) in one call, not one per SA.
+    if (done == 0 && end == taken_count)
+      pool_.release(std::span<Packet* const>(taken_packets.data(), taken_packet_count));
+    else
+      for (size_t i = done; i < end; ++i) pool_.release(taken[i].packets);
     for (; done < end; ++done)
-      taken_release[done]->finish_delivery(taken[done].packets, *taken[done].channel_sink, pool_);
+      taken_release[done]->finish_delivery(taken[done].packets.size(), *taken[done].channel_sink,
+                                           pool_);
   }
 }
 

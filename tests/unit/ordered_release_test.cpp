@@ -158,8 +158,10 @@ TEST(OrderedRelease, ABatchTakenForASharedSinkHoldsTheDeliveryUntilItIsFinished)
   std::array<Packet*, OrderedRelease::kInOrderMax> unused{};
   EXPECT_EQ(release.stage_or_take(after_gap, unused, sink, pool), 0u);
 
-  // The shared sink sent 0 and 1; finishing delivers 2 and 3 through the channel's sink.
-  EXPECT_TRUE(release.finish_delivery(std::span(out.data(), 2), sink, pool));  // 5 waits for 4
+  // The shared sink sent 0 and 1 and the caller returned them to the pool; finishing
+  // delivers 2 and 3 through the channel's sink.
+  pool.release(std::span<Packet* const>(out.data(), 2));
+  EXPECT_TRUE(release.finish_delivery(2, sink, pool));  // 5 waits for 4
   EXPECT_EQ(sink.indexes(), range(2, 4));
   EXPECT_FALSE(release.delivering());
   EXPECT_EQ(release.delivered(), 4u);
