@@ -650,9 +650,11 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     size_t end = done;
     for (size_t i = done; i < taken_count; ++i) {
       if (taken_shared[i] != shared) continue;
-      std::swap(taken[i], taken[end]);
-      std::swap(taken_release[i], taken_release[end]);
-      std::swap(taken_shared[i], taken_shared[end]);
+      if (i != end) {
+        std::swap(taken[i], taken[end]);
+        std::swap(taken_release[i], taken_release[end]);
+        std::swap(taken_shared[i], taken_shared[end]);
+      }
       ++end;
     }
     shared->deliver_together(std::span(taken.data() + done, end - done));
