@@ -510,9 +510,9 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
 void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker) {
   // Crypto for the whole batch first; then, per channel touched, the shared and serial
   // part once: one replay-window commit, one acquisition of the release lock to stage
-  // them all, one drain (and outbound, one send for every channel whose sink shares one:
-  // SharedSink, the WAN socket). Doing these once per batch and channel keeps workers that share
-  // an SA from trading its locks for every packet. A batch can span as many channels as
+  // them all, one drain (outbound, one send for all the channels whose sinks share one:
+  // SharedSink, the WAN socket). Doing these once per batch and channel keeps workers that
+  // share an SA from trading its locks for every packet. A batch can span as many channels as
   // it has packets (64 SAs in an ECMP group), so the per-batch state is kept compact:
   // channels are found through a 64-entry table indexed by a hash of their address and
   // packets grouped by a counting sort, a few cache lines in all (an array of per-channel
