@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -178,6 +179,28 @@ TEST_P(WanSocketGro, SegmentedRunArrivesAsOnePacketPerDatagram) {
   EXPECT_EQ(stats.gro_batches, 1u) << "the kernel should deliver the GSO run unsegmented";
   EXPECT_EQ(stats.gro_datagrams, run.size());
   EXPECT_EQ(stats.oversize, 0u);
+}
+
+// What the gateway's transmitter sends for a batch of several SAs to one peer: each SA's
+// sink holds its own copy of the peer's address. Equal-size packets must still leave as
+// one GSO buffer (the receiver gets one coalesced run), in their order.
+TEST_P(WanSocketGro, ARunToOnePeerSharesOneBufferWhateverCopyOfTheAddressEachPacketNames) {
+  WanSocket sender(WanKind::udp, loopback_, 0);
+  std::array<sockaddr_storage, 4> copies{};  // four SAs' sinks, one peer
+  socklen_t length = 0;
+  for (auto& copy : copies)
+    length = WanSocket::make_peer(loopback_, bound_port(socket_->fd()), copy);
+  const auto run = make_run(0, 24, 1200, 1200);
+  std::vector<Outgoing> outgoing;
+  for (size_t i = 0; i < run.size(); ++i)
+    outgoing.push_back({run[i].data(), run[i].size(), &copies[i % copies.size()], length});
+  ASSERT_EQ(sender.send(outgoing), static_cast<int>(run.size()));
+  const auto got = receive(*socket_, run.size(), 32);
+  ASSERT_EQ(got.datagrams.size(), run.size());
+  for (size_t i = 0; i < run.size(); ++i) EXPECT_EQ(got.datagrams[i], run[i]) << "datagram " << i;
+  const auto stats = socket_->stats();
+  EXPECT_EQ(stats.gro_batches, 1u) << "one GSO buffer for the whole run";
+  EXPECT_EQ(stats.gro_datagrams, run.size());
 }
 
 TEST_P(WanSocketGro, MixedSingleDatagramsAndRunsKeepTheirOrder) {
