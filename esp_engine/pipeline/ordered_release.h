@@ -86,16 +86,15 @@ class alignas(64) OrderedRelease {
   // the buffer and gives up on a gap they fill. Returns as insert() does.
   bool stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto, PacketSink& sink,
                        PacketPool& pool);
-  // stage_and_drain() for a caller that sends several channels' packets in one call
-  // (SharedSink). A batch that goes the direct way (it continues the release point, nothing
-  // held, pending or being delivered) is not delivered here: its packets are put in `out`
-  // and their number returned, and this thread then holds the channel's delivery (other
-  // threads leave theirs pending) until it passes them to finish_delivery() once the
-  // shared sink has them. Any other batch is staged and delivered as stage_and_drain()
-  // does, and 0 returned. Never more than kInOrderMax packets in `out`. For channels whose
-  // gaps need no timer (outbound: numbers are dense), so it does not report held packets.
-  size_t stage_or_take(std::span<const Staged> batch, std::span<Packet*> out, PacketSink& sink,
-                       PacketPool& pool);
+  // stage_and_drain() without delivering the direct way: a batch that continues the
+  // release point, with nothing held, pending or being delivered, has its packets put in
+  // `out` and their number returned (never more than kInOrderMax), and this thread then
+  // holds the channel's delivery (other threads leave theirs pending) until it delivers
+  // them: stage_and_drain() at once through the channel's sink, process_batch through a
+  // shared sink (SharedSink) followed by finish_delivery(). Any other batch is staged and
+  // delivered as far as it can be, and 0 returned. `held`: as stage_and_drain() returns.
+  size_t stage_or_take(std::span<const Staged> batch, uint64_t left_crypto, std::span<Packet*> out,
+                       PacketSink& sink, PacketPool& pool, bool& held);
   // After the shared sink took the `delivered` packets stage_or_take() put in `out`, and
   // the caller returned them to the pool (all channels' at once: one pool call a batch,
   // not one per SA): counts them delivered, then delivers (through `sink`) what other
@@ -138,6 +137,9 @@ class alignas(64) OrderedRelease {
   // delivering_ (true: deliver that next) or ends the delivery (false; `held`: packets
   // wait behind a gap).
   bool after_delivery(size_t delivered, bool& held);
+  // The body of stage_or_take() and stage_and_drain().
+  size_t stage(std::span<const Staged> batch, uint64_t left_crypto, std::span<Packet*> out,
+               PacketSink& sink, PacketPool& pool, bool& held);
   // Under lock_: if `batch` continues the release point with nothing held, pending or being
   // delivered (one thread's packets in order, the common case), takes its packets into
   // `out` for delivery, marks their indexes released and sets draining_; returns how many

@@ -612,7 +612,9 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
         continue;
       }
       const std::span out(taken_packets.data() + taken_packet_count, group.packets);
-      if (const size_t direct = release.stage_or_take(batch_of_channel, out, sink, pool_)) {
+      bool held = false;  // outbound numbers are dense: nothing waits for a timer
+      if (const size_t direct =
+              release.stage_or_take(batch_of_channel, 0, out, sink, pool_, held)) {
         taken[taken_count] = {&sink, out.first(direct)};
         taken_release[taken_count] = &release;
         taken_shared[taken_count++] = shared;

@@ -144,7 +144,9 @@ TEST(OrderedRelease, ABatchTakenForASharedSinkHoldsTheDeliveryUntilItIsFinished)
   OrderedRelease release(16, kHoldNs, 0);
   std::array<Packet*, OrderedRelease::kInOrderMax> out{};
   std::vector<OrderedRelease::Staged> first = {{0, tagged(pool, 0)}, {1, tagged(pool, 1)}};
-  ASSERT_EQ(release.stage_or_take(first, out, sink, pool), 2u);
+  bool held = true;
+  ASSERT_EQ(release.stage_or_take(first, 0, out, sink, pool, held), 2u);
+  EXPECT_FALSE(held);
   EXPECT_EQ(out[0]->encap.sequence, 0u);
   EXPECT_EQ(out[1]->encap.sequence, 1u);
   EXPECT_TRUE(release.delivering());
@@ -156,7 +158,8 @@ TEST(OrderedRelease, ABatchTakenForASharedSinkHoldsTheDeliveryUntilItIsFinished)
   // And a batch after a gap is not taken: it goes the ordinary way (held in the buffer).
   std::vector<OrderedRelease::Staged> after_gap = {{5, tagged(pool, 5)}};
   std::array<Packet*, OrderedRelease::kInOrderMax> unused{};
-  EXPECT_EQ(release.stage_or_take(after_gap, unused, sink, pool), 0u);
+  EXPECT_EQ(release.stage_or_take(after_gap, 0, unused, sink, pool, held), 0u);
+  EXPECT_TRUE(held);  // 5 waits behind the gap at 4
 
   // The shared sink sent 0 and 1 and the caller returned them to the pool; finishing
   // delivers 2 and 3 through the channel's sink.
