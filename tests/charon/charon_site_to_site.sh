@@ -228,6 +228,50 @@ for line in open(sys.argv[1]):
 print(totals["out"], totals["in"])' "$WORK/espgw-$1.log"
 }
 
+# Every device of the path that dropped a packet, as "NS:DEV rx=N tx=N ring=N qdisc=N"
+# (veths in NAPI mode count what their ring refused in ethtool -S; a qdisc counts its own),
+# so that a loss outside ESP says where it happened; "none" when no device dropped one.
+path_drops() {
+  local ns_dev ns dev rx tx ring qdisc out=""
+  for ns_dev in "$LANA:eth0" "$GWA:lan0" "$GWA:espgw0" "$GWA:wan0" "$GWB:wan0" "$GWB:espgw0" \
+    "$GWB:lan0" "$LANB:eth0"; do
+    ns=${ns_dev%%:*} dev=${ns_dev#*:}
+    read -r rx tx < <(ip -n "$ns" -j -s link show dev "$dev" | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)[0]["stats64"]
+print(s["rx"]["dropped"], s["tx"]["dropped"])')
+    ring=$(in_ns "$ns" ethtool -S "$dev" 2>/dev/null |
+      awk '$1 ~ /^rx_queue_0_(drops|xdp_drops):$/ {n += $2} END {print n + 0}')
+    qdisc=$(tc -n "$ns" -s -j qdisc show dev "$dev" | /usr/bin/python3 -c '
+import json, sys
+print(sum(q.get("drops", 0) for q in json.load(sys.stdin)))')
+    if [[ ${rx:-0} != 0 || ${tx:-0} != 0 || ${ring:-0} != 0 || ${qdisc:-0} != 0 ]]; then
+      out+="${ns#"$RUN-"}:$dev rx=$rx tx=$tx ring=$ring qdisc=$qdisc "
+    fi
+  done
+  echo "${out:-none}"
+}
+
+# Packets the kernel dropped while their next hop's address was being resolved, in every
+# namespace (the neighbour table's statistics are not per namespace).
+arp_unresolved_discards() {
+  /usr/bin/python3 -c '
+rows = [line.split() for line in open("/proc/net/stat/arp_cache")]
+column = rows[0].index("unresolved_discards")
+print(sum(int(row[column], 16) for row in rows[1:]))'
+}
+
+# A gateway's drop counters that are not zero, as "reason=N ...": its own, the engine's
+# before an SA is known, and the datagrams the kernel dropped on a full WAN socket.
+gateway_drops() {  # gateway_drops SIDE
+  espgwctl_on "$1" --json status | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)["stats"]
+counts = {**d["gateway-drops"], **d["engine-drops"]}
+counts.update((k, v) for k, v in d["wan"].items() if k.endswith("-kernel-drops"))
+print(" ".join(f"{k}={v}" for k, v in counts.items() if v != "0") or "none")'
+}
+
 # How often a gateway's readers waited for packets in flight so that a flow did not
 # overtake itself when it changed SA (an outbound group changed, a rekeyed inbound SA's
 # first packet): docs/pipeline.md, "ECMP groups".
@@ -260,6 +304,8 @@ run_rekey() {  # run_rekey [collide]
     bring_up aes128gcm16 yes "${REKEY_TIME:-20s}"
   fi
   local seconds=45
+  local arp_discards_before
+  arp_discards_before=$(arp_unresolved_discards)
   # Each veth delivers in send order (tests/netns/lib.sh): the checks below are about the
   # order espgw keeps, and a default veth reorders on its own what two CPUs sent: the
   # charon rekey scenario without rekeys saw TCP count a reordering or loss in 2 of 7 runs
@@ -352,6 +398,14 @@ print(d["end"]["sum_sent"]["retransmits"], int(d["end"]["sum_sent"]["bytes"]))' 
   # Also when TCP saw a loss or reordering: the TUN devices' drops and TCP's reordering
   # counters tell a loss outside ESP from packets delivered out of order.
   if [[ -n ${CHARON_TEST_DUMP:-} || "${fast:-x}${sack:-x}${timeouts:-x}${recovered:-x}" != 0000 ]]; then
+    log "drops along the path: $(path_drops)"
+    for side in a b; do log "gw$side's own drops: $(gateway_drops "$side")"; done
+    for ns in "$GWA" "$GWB" "$LANB"; do
+      log "${ns#"$RUN-"} kernel: $(in_ns "$ns" nstat -az 'Ip*' 'IpExt*' 2>/dev/null |
+        awk 'NR > 1 && $2 != 0 && $1 ~ /Discard|NoRoute|Drop|Error|Truncated|Csum/ {printf "%s=%s ", $1, $2}')" \
+        "neighbours: $(in_ns "$ns" ip -s neigh show dev "$([[ $ns == "$LANB" ]] && echo eth0 || echo lan0)" | tr '\n' ' ')"
+    done
+    log "ARP: packets dropped unresolved during the run (every namespace): $(($(arp_unresolved_discards) - arp_discards_before))"
     for side in a b; do espgwctl_on "$side" --json status | sed "s/^/    gw$side: /"; done
     for ns in "$GWA" "$GWB"; do ip -n "$ns" -s link show espgw0 | sed "s/^/    $ns: /"; done
     in_ns "$LANA" nstat -az TcpExtTCPSackRecovery TcpExtTCPLossProbes TcpExtTCPSACKReorder TcpExtTCPRenoReorder TcpExtTCPTSReorder TcpExtTCPLostRetransmit TcpExtTCPFastRetrans TcpExtTCPSpuriousRTOs TcpExtTCPDSACKRecv TcpRetransSegs 2>/dev/null | sed "s/^/    lanA: /"
