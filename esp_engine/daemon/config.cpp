@@ -153,8 +153,13 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "pin-workers") {
       if (!parse_bool(value, config.pin_workers)) bad("yes or no");
     } else if (key == "socket-buffer") {
-      if (!parse_number<size_t>(value, config.socket_buffer_bytes, 65536, size_t{1} << 30))
-        bad("a size in bytes from 65536 to 1073741824");
+      size_t bytes = 0;
+      if (value == "auto")
+        config.socket_buffer_bytes.reset();
+      else if (parse_number<size_t>(value, bytes, 65536, size_t{1} << 30))
+        config.socket_buffer_bytes = bytes;
+      else
+        bad("auto, or a size in bytes from 65536 to 1073741824");
     } else if (key == "queue-delay-target-us") {
       std::chrono::microseconds target{};
       if (value == "auto")
@@ -217,6 +222,11 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
   if (result.errors.empty()) result.config = std::move(config);
   return result;
+}
+
+size_t socket_buffer_bytes(const GatewayConfig& config) {
+  return config.socket_buffer_bytes.value_or(config.run_to_completion ? kInlineSocketBufferBytes
+                                                                      : kWorkersSocketBufferBytes);
 }
 
 unsigned wan_reader_count(const GatewayConfig& config) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,10 @@
 namespace espgw::daemon {
 
 inline constexpr std::chrono::microseconds kAutoQueueDelayTarget{300};
+// What `socket-buffer = auto` means with workers = inline and with workers
+// (socket_buffer_bytes()).
+inline constexpr size_t kInlineSocketBufferBytes = 384 << 10;
+inline constexpr size_t kWorkersSocketBufferBytes = 2 << 20;
 
 struct GatewayConfig {
   std::string tun_name = "espgw0";
@@ -52,11 +57,16 @@ struct GatewayConfig {
   bool run_to_completion = false;           // "workers = inline": readers do the crypto
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
-  // 384 KiB, which the kernel doubles for its bookkeeping: about 1 ms of ESP at what one
-  // reader drains on this project's VMs. A receive queue is latency under load (with
-  // 4 MiB, ping under load was 1.6-2.0 ms with readers running to completion; with this,
-  // 0.87), and TCP through the tunnel needs no deeper one (docs/performance.md).
-  size_t socket_buffer_bytes = 384 << 10;
+  // Bytes per WAN socket and direction (the kernel doubles them for its bookkeeping).
+  // Unset ("auto", socket_buffer_bytes()): with readers running to completion 384 KiB,
+  // about 1 ms of ESP at what one reader drains on this project's VMs: their receive queue
+  // is the one that stands under TCP, so its size is latency under load (with 4 MiB, ping
+  // under load was 1.6-2.0 ms; with this, 0.87), and TCP needs no deeper one
+  // (docs/performance.md). With workers the queue is in the pipeline (a smaller buffer
+  // cut no latency there) and a reader only hands packets over, so the buffer only has to
+  // outlast the reader being descheduled: 2 MiB, tens of ms at the paced rates of the
+  // charon tests, where 384 KiB overflowed when the host held the reader back for ~10 ms.
+  std::optional<size_t> socket_buffer_bytes;
   // CoDel on the WAN receive queue (io/QueueDelayGate): a byte-sized buffer holds more
   // delay the slower the reader drains it, so the reader also drops (after decryption,
   // counted as queue-delay) once the queue has stayed above `queue_delay_target` for
@@ -97,6 +107,10 @@ struct ConfigResult {
 
 ConfigResult parse_gateway_config(const std::string& path);
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path);
+
+// The WAN sockets' buffer size `socket-buffer` asks for, with auto resolved by the
+// workers mode.
+size_t socket_buffer_bytes(const GatewayConfig& config);
 
 // How many WAN readers `wan-readers` asks for, with 0 resolved against this machine.
 unsigned wan_reader_count(const GatewayConfig& config);

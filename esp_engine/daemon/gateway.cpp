@@ -380,7 +380,7 @@ unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
 
 io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
   io::WanSocketOptions options;
-  options.buffer_bytes = config_.socket_buffer_bytes;
+  options.buffer_bytes = socket_buffer_bytes(config_);
   if (sa.udp_encapsulation) {
     if (udp_sockets_.empty()) {
       // With a single reader the port stays exclusive: nothing else can join it by
