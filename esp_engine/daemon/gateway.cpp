@@ -390,6 +390,7 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
       for (unsigned i = 0; i < readers; ++i)
         udp_sockets_.push_back(std::make_unique<io::WanSocket>(
             io::WanKind::udp, config_.local_address, config_.udp_port, options));
+      log_receive_buffer("udp", *udp_sockets_.front());
       // The first UDP SA may come after start(): with a reload, or from charon.
       if (running_.load()) start_udp_readers();
     }
@@ -398,9 +399,17 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
   if (!raw_socket_) {
     raw_socket_ =
         std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0, options);
+    log_receive_buffer("raw", *raw_socket_);
     if (running_.load()) threads_.emplace_back([this] { wan_reader(raw_socket_.get(), "raw"); });
   }
   return *raw_socket_;
+}
+
+void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) const {
+  log(LogLevel::info,
+      "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel)", kind,
+      static_cast<unsigned long long>(socket.stats().receive_buffer),
+      config_.socket_buffer_bytes ? "" : "auto: ", socket_buffer_bytes(config_));
 }
 
 Gateway::WanTransmitter& Gateway::transmitter_for(const esp::SaConfig& sa) {

@@ -174,6 +174,8 @@ class Gateway {
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
   unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
+  // Logs the receive buffer the kernel granted a new WAN socket, and what asked for it.
+  void log_receive_buffer(const char* kind, const io::WanSocket& socket) const;
   // The sender for the socket an SA's packets leave through (created with it).
   WanTransmitter& transmitter_for(const esp::SaConfig& config);
   // One reader thread per UDP socket (SO_REUSEPORT has already spread the peers).

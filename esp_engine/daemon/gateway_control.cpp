@@ -186,11 +186,13 @@ GatewayStatus Gateway::status(bool entries) const {
     status.wan.emplace_back(prefix + "gro-batches", wan.gro_batches);
     status.wan.emplace_back(prefix + "gro-datagrams", wan.gro_datagrams);
     status.wan.emplace_back(prefix + "oversize", wan.oversize);
+    status.wan.emplace_back(prefix + "receive-buffer", wan.receive_buffer);
   }
   if (raw_socket_) {
     const auto wan = raw_socket_->stats();
     status.wan.emplace_back("raw-kernel-drops", wan.kernel_drops);
     status.wan.emplace_back("raw-oversize", wan.oversize);
+    status.wan.emplace_back("raw-receive-buffer", wan.receive_buffer);
   }
   status.pipeline = {{"fences", pipeline_->fences()},
                      {"fence-timeouts", pipeline_->fence_timeouts()},

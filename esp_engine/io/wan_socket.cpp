@@ -111,6 +111,10 @@ WanReceiveStats WanSocket::stats() const {
   s.gro_batches = gro_batches_.load(std::memory_order_relaxed);
   s.gro_datagrams = gro_datagrams_.load(std::memory_order_relaxed);
   s.oversize = oversize_.load(std::memory_order_relaxed);
+  int granted = 0;
+  socklen_t length = sizeof granted;
+  if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &granted, &length) == 0 && granted > 0)
+    s.receive_buffer = static_cast<uint64_t>(granted);
   return s;
 }
 

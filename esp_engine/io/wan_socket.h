@@ -62,6 +62,9 @@ struct WanReceiveStats {
   uint64_t gro_batches = 0;    // receives that held more than one datagram
   uint64_t gro_datagrams = 0;  // the datagrams split out of those
   uint64_t oversize = 0;       // datagrams larger than the caller's packet buffer: dropped
+  // SO_RCVBUF: the bytes the kernel lets the receive queue hold (twice what was asked, for
+  // its bookkeeping), so that an operator sees the size that decides kernel_drops.
+  uint64_t receive_buffer = 0;
 };
 
 class WanSocket {

@@ -408,7 +408,9 @@ print(d["end"]["sum_sent"]["retransmits"], int(d["end"]["sum_sent"]["bytes"]))' 
     log "ARP: packets dropped unresolved during the run (every namespace): $(($(arp_unresolved_discards) - arp_discards_before))"
     for side in a b; do espgwctl_on "$side" --json status | sed "s/^/    gw$side: /"; done
     for ns in "$GWA" "$GWB"; do ip -n "$ns" -s link show espgw0 | sed "s/^/    $ns: /"; done
-    in_ns "$LANA" nstat -az TcpExtTCPSackRecovery TcpExtTCPLossProbes TcpExtTCPSACKReorder TcpExtTCPRenoReorder TcpExtTCPTSReorder TcpExtTCPLostRetransmit TcpExtTCPFastRetrans TcpExtTCPSpuriousRTOs TcpExtTCPDSACKRecv TcpRetransSegs 2>/dev/null | sed "s/^/    lanA: /"
+    in_ns "$LANA" nstat -az TcpExtTCPSackRecovery TcpExtTCPLossProbes TcpExtTCPSACKReorder TcpExtTCPRenoReorder TcpExtTCPTSReorder TcpExtTCPLostRetransmit TcpExtTCPFastRetrans TcpExtTCPSpuriousRTOs TcpExtTCPDSACKRecv TcpExtTCPDSACKRecvSegs TcpExtTCPDSACKIgnoredDubious TcpExtTCPDSACKIgnoredOld TcpRetransSegs 2>/dev/null | sed "s/^/    lanA: /"
+    # The receiver's side of those duplicates: the D-SACKs it sent.
+    in_ns "$LANB" nstat -az TcpExtTCPDSACKOldSent TcpExtTCPDSACKOfoSent TcpExtTCPOFOQueue 2>/dev/null | sed "s/^/    lanB: /"
   fi
   if [[ $drops_a != 0 || $drops_b != 0 ]]; then
     for side in a b; do espgwctl_on "$side" status | sed "s/^/    gw$side: /"; done

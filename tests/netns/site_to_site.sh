@@ -76,6 +76,24 @@ check_tun_rps() {
   done
 }
 
+# socket-buffer = auto: 2 MiB per WAN socket with workers (the buffer only has to outlast a
+# reader the host holds back), 384 KiB inline (the receive queue is the latency under
+# load); the kernel grants twice that. Read from what espgw logged the kernel granted.
+check_socket_buffer() {
+  local label=$1 side granted expected
+  for side in a b; do
+    granted=$(grep -o 'wan [a-z]* socket: receive buffer [0-9]* bytes (socket-buffer auto' \
+      "$WORK/espgw-$side.log" | head -1 | awk '{print $6}')
+    expected=$((2 * 2097152))
+    [[ ${WORKERS_SIDE[$side]:-2} == inline ]] && expected=$((2 * 393216))
+    if [[ $granted == "$expected" ]]; then
+      pass "$label gw${side^^} WAN receive buffer (socket-buffer auto, workers ${WORKERS_SIDE[$side]:-2}): $granted bytes"
+    else
+      fail "$label gw${side^^} WAN receive buffer: '${granted:-not logged}' bytes, expected $expected"
+    fi
+  done
+}
+
 pings_both_families() {
   in_ns "$LANA" ping -c 3 -i 0.2 -W 2 10.2.0.2 >/dev/null 2>&1 || true
   in_ns "$LANA" ping -6 -c 3 -i 0.2 -W 2 fd00:2::2 >/dev/null 2>&1 || true
@@ -354,6 +372,7 @@ run_scenario() {
     else fail "$scenario gw${side^^} did not start without workers"; fi
   done
   check_tun_rps "$scenario"
+  check_socket_buffer "$scenario"
   check_ping "$LANA" 10.2.0.2 "$scenario"
   check_ping "$LANB" 10.1.0.2 "$scenario"
   check_ping "$LANA" fd00:2::2 "$scenario"

@@ -306,6 +306,22 @@ std::string family_name(const ::testing::TestParamInfo<const char*>& param) {
 INSTANTIATE_TEST_SUITE_P(Loopback, WanSocketGro, ::testing::Values("127.0.0.1", "::1"),
                          family_name);
 
+TEST(WanSocketBuffers, StatsReportTheReceiveBufferTheKernelGranted) {
+  const auto loopback = *esp::IpAddress::parse("127.0.0.1");
+  WanSocketOptions options;
+  options.buffer_bytes = 2 << 20;
+  const WanSocket socket(WanKind::udp, loopback, 0, options);
+  int granted = 0;
+  socklen_t length = sizeof granted;
+  ASSERT_EQ(getsockopt(socket.fd(), SOL_SOCKET, SO_RCVBUF, &granted, &length), 0);
+  EXPECT_EQ(socket.stats().receive_buffer, static_cast<uint64_t>(granted));
+  // Root forces the size past net.core.rmem_max and the kernel doubles it; without root
+  // the cap applies, so only the report's agreement with the kernel is certain.
+  if (geteuid() == 0) {
+    EXPECT_EQ(socket.stats().receive_buffer, uint64_t{4} << 20);
+  }
+}
+
 TEST(WanSocketReusePort, SocketsShareAPortAndPeersSpreadOverThem) {
   const auto loopback = *esp::IpAddress::parse("127.0.0.1");
   WanSocketOptions options;
