@@ -76,11 +76,13 @@ setup_topology() {
 # That queue is a ring of 256 packets, and a veth without a qdisc (its default, noqueue)
 # drops what finds it full: when the receiving CPU's softirq work is deferred for a few
 # milliseconds (a busy or preempted vCPU), a burst through the tunnel then loses packets
-# after the gateway (a fresh-clone CI run lost 105 at gwB's lan0, `tx_dropped`; a
-# real-time busy loop on one CPU reproduces it). With a qdisc the kernel stops the queue
-# instead and the qdisc holds the packets until the ring has room (drivers/net/veth.c,
-# Linux 6.16 and later; these VMs run 6.18), as a NIC's driver does; a FIFO keeps their
-# order. 10 runs of the charon rekey-collision test with it lost nothing at a veth.
+# after the gateway (a fresh-clone CI run lost 105 between gwB's decryption and lanB;
+# here the same showed as gwB lan0's `tx_dropped`, 42 in a run on an idle machine and 116
+# with a real-time busy loop on one CPU). With a qdisc the kernel stops the queue instead
+# and the qdisc holds the packets until the ring has room (drivers/net/veth.c, Linux 6.16
+# and later; these VMs run 6.18), as a NIC's driver does; a FIFO keeps their order. With
+# it, 18 runs of the charon rekey-collision test (5 with the busy loop) lost nothing at a
+# veth or qdisc.
 veths_keep_send_order() {
   local ns dev ns_dev
   for ns_dev in "$LANA:eth0" "$GWA:lan0" "$GWA:wan0" "$GWB:wan0" "$GWB:lan0" "$LANB:eth0"; do
