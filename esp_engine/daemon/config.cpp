@@ -224,7 +224,7 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
   return result;
 }
 
-size_t socket_buffer_bytes(const GatewayConfig& config) {
+size_t wan_socket_buffer_bytes(const GatewayConfig& config) {
   return config.socket_buffer_bytes.value_or(config.run_to_completion ? kInlineSocketBufferBytes
                                                                       : kWorkersSocketBufferBytes);
 }

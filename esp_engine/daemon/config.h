@@ -18,7 +18,7 @@ namespace espgw::daemon {
 
 inline constexpr std::chrono::microseconds kAutoQueueDelayTarget{300};
 // What `socket-buffer = auto` means with workers = inline and with workers
-// (socket_buffer_bytes()).
+// (wan_socket_buffer_bytes()).
 inline constexpr size_t kInlineSocketBufferBytes = 384 << 10;
 inline constexpr size_t kWorkersSocketBufferBytes = 2 << 20;
 
@@ -58,7 +58,7 @@ struct GatewayConfig {
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
   // Bytes per WAN socket and direction (the kernel doubles them for its bookkeeping).
-  // Unset ("auto", socket_buffer_bytes()): with readers running to completion 384 KiB,
+  // Unset ("auto", wan_socket_buffer_bytes()): with readers running to completion 384 KiB,
   // about 1 ms of ESP at what one reader drains on this project's VMs: their receive queue
   // is the one that stands under TCP, so its size is latency under load (with 4 MiB, ping
   // under load was 1.6-2.0 ms; with this, 0.87), and TCP needs no deeper one
@@ -110,7 +110,7 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
 
 // The WAN sockets' buffer size `socket-buffer` asks for, with auto resolved by the
 // workers mode.
-size_t socket_buffer_bytes(const GatewayConfig& config);
+size_t wan_socket_buffer_bytes(const GatewayConfig& config);
 
 // How many WAN readers `wan-readers` asks for, with 0 resolved against this machine.
 unsigned wan_reader_count(const GatewayConfig& config);

@@ -380,7 +380,7 @@ unsigned Gateway::derive_tunnel_mtu(const xfrm::StaticConfig& config) {
 
 io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
   io::WanSocketOptions options;
-  options.buffer_bytes = socket_buffer_bytes(config_);
+  options.buffer_bytes = wan_socket_buffer_bytes(config_);
   if (sa.udp_encapsulation) {
     if (udp_sockets_.empty()) {
       // With a single reader the port stays exclusive: nothing else can join it by
@@ -409,7 +409,7 @@ void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) 
   log(LogLevel::info,
       "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel)", kind,
       static_cast<unsigned long long>(socket.stats().receive_buffer),
-      config_.socket_buffer_bytes ? "" : "auto: ", socket_buffer_bytes(config_));
+      config_.socket_buffer_bytes ? "" : "auto: ", wan_socket_buffer_bytes(config_));
 }
 
 Gateway::WanTransmitter& Gateway::transmitter_for(const esp::SaConfig& sa) {

@@ -45,7 +45,7 @@ stats-interval = 10
   EXPECT_EQ(c.crypto_backend, "openssl");
   EXPECT_TRUE(c.pin_workers);
   EXPECT_EQ(c.socket_buffer_bytes, 1048576u);
-  EXPECT_EQ(socket_buffer_bytes(c), 1048576u) << "set: whatever the workers mode";
+  EXPECT_EQ(wan_socket_buffer_bytes(c), 1048576u) << "set: whatever the workers mode";
   EXPECT_EQ(c.queue_delay_target->count(), 0) << "0 turns the gate off";
   EXPECT_EQ(c.queue_delay_interval.count(), 20000);
   EXPECT_EQ(c.reorder_hold.count(), 500);
@@ -143,16 +143,16 @@ TEST(GatewayConfig, SocketBufferIsAutoUnlessSetAndAutoFollowsTheWorkersMode) {
   const auto by_default = parse_with("");
   ASSERT_TRUE(by_default.config);
   EXPECT_FALSE(by_default.config->socket_buffer_bytes);
-  EXPECT_EQ(socket_buffer_bytes(*by_default.config), kWorkersSocketBufferBytes)
+  EXPECT_EQ(wan_socket_buffer_bytes(*by_default.config), kWorkersSocketBufferBytes)
       << "with workers the buffer only has to outlast a descheduled reader";
   const auto inline_readers = parse_with("workers = inline\n");
   ASSERT_TRUE(inline_readers.config);
-  EXPECT_EQ(socket_buffer_bytes(*inline_readers.config), kInlineSocketBufferBytes)
+  EXPECT_EQ(wan_socket_buffer_bytes(*inline_readers.config), kInlineSocketBufferBytes)
       << "inline, the receive queue is the latency under load";
   EXPECT_LT(kInlineSocketBufferBytes, kWorkersSocketBufferBytes);
   const auto set = parse_with("workers = inline\nsocket-buffer = 65536\n");
   ASSERT_TRUE(set.config);
-  EXPECT_EQ(socket_buffer_bytes(*set.config), 65536u);
+  EXPECT_EQ(wan_socket_buffer_bytes(*set.config), 65536u);
   const auto back_to_auto = parse_with("socket-buffer = 65536\nsocket-buffer = auto\n");
   ASSERT_TRUE(back_to_auto.config);
   EXPECT_FALSE(back_to_auto.config->socket_buffer_bytes);
