@@ -946,7 +946,8 @@ void Gateway::wan_reader(io::WanSocket* socket, std::string name) {
           continue;
         }
       }
-      packet->drop_at_delivery = gate.should_drop(waited, now);
+      const bool left_empty = i + 1 == received && socket->drained();
+      packet->drop_at_delivery = gate.should_drop(waited, now, left_empty);
       pipeline_->submit_inbound(packet);  // drops are counted by the pipeline or the SA
     }
     pipeline_->complete_submitted();

@@ -23,8 +23,15 @@ uint64_t QueueDelayGate::next_drop(uint64_t from) const {
                                       std::sqrt(static_cast<double>(count_)));
 }
 
-bool QueueDelayGate::should_drop(uint64_t sojourn_ns, uint64_t now_ns) {
+bool QueueDelayGate::should_drop(uint64_t sojourn_ns, uint64_t now_ns, bool left_empty) {
   if (target_ns_ == 0) return false;
+  if (last_left_empty_ && now_ns - last_dequeue_ns_ >= interval_ns_) {
+    // Left empty, and nothing left the queue for an interval since: no delay carries over.
+    first_above_ns_ = 0;
+    dropping_ = false;
+  }
+  last_left_empty_ = left_empty;
+  last_dequeue_ns_ = now_ns;
   const bool persistent = above_target_for_interval(sojourn_ns, now_ns);
   if (dropping_) {
     if (!persistent) {

@@ -23,8 +23,17 @@ class QueueDelayGate {
       : target_ns_(target_ns), interval_ns_(interval_ns) {}
 
   // A packet leaves the queue at `now_ns` (a monotonic clock) after waiting `sojourn_ns`:
-  // true if it should be dropped.
-  bool should_drop(uint64_t sojourn_ns, uint64_t now_ns);
+  // true if it should be dropped. `left_empty`: no packet was left behind it.
+  //
+  // A queue that stood empty for an interval before this packet has no standing delay,
+  // however long the packet waited (a reader the host held back delays a lone packet
+  // too): the time above target starts again with it, as CoDel's does when its queue
+  // empties (RFC 8289). Without that, two lone late packets seconds apart (pings, with the
+  // reader descheduled each time) read as a delay that stood all along, and the second
+  // was dropped. Only an interval's emptiness counts: under load an inline reader
+  // empties the socket with most reads and it refills at once, and resetting on every
+  // empty read left the gate nearly idle (the socket overflowed instead; docs/gateway.md).
+  bool should_drop(uint64_t sojourn_ns, uint64_t now_ns, bool left_empty);
 
   bool dropping() const { return dropping_; }
 
@@ -41,6 +50,8 @@ class QueueDelayGate {
   uint32_t count_ = 0;       // drops in this dropping state (the control law's input)
   uint32_t last_count_ = 0;  // count_ when the last dropping state began
   bool dropping_ = false;
+  uint64_t last_dequeue_ns_ = 0;
+  bool last_left_empty_ = false;
 };
 
 }  // namespace espgw::io

@@ -177,6 +177,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     received = read_batch();
   }
   if (received <= 0) return received < 0 && errno == EAGAIN ? 0 : received;
+  kernel_queue_drained_ = static_cast<size_t>(received) < count;
 
   // Messages up to the first coalesced (or spilled) one are final where they are.
   std::array<size_t, kMaxBatch> segment_size;  // 0: the kernel did not coalesce

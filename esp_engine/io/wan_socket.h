@@ -90,6 +90,11 @@ class WanSocket {
   // the returned count are unused (their contents undefined). -1 with errno on error.
   // Not thread-safe: one thread receives on a socket (SO_REUSEPORT gives each its own).
   int receive(std::span<Datagram> datagrams, int timeout_ms);
+  // Whether the datagrams the last receive returned were all the socket held: the kernel
+  // had fewer than were asked for, and none of a coalesced receive wait here. What
+  // arrived since is not known; a reader's queue management only needs to know that the
+  // queue ran empty (io::QueueDelayGate).
+  bool drained() const { return kernel_queue_drained_ && pending_next_ >= pending_.size(); }
   // Sends the batch; returns how many were sent. A packet the kernel refuses is skipped.
   // Thread-safe.
   int send(std::span<const Outgoing> packets) const;
@@ -137,6 +142,7 @@ class WanSocket {
   std::vector<uint64_t> arrivals_;
   std::vector<Segment> pending_;
   size_t pending_next_ = 0;
+  bool kernel_queue_drained_ = false;  // the last recvmmsg returned fewer than it was asked
 
   // Counters, read by other threads.
   std::atomic<uint32_t> kernel_drops_{0};

@@ -299,6 +299,39 @@ TEST_P(WanSocketGro, EveryDatagramCarriesTheTimeTheKernelReceivedIt) {
   }
 }
 
+// What the reader's queue management learns from a receive: whether the socket ran empty.
+// Not while datagrams of a coalesced run wait for buffers, nor while the kernel had more
+// than the call asked for; yes once a call took the last ones.
+TEST_P(WanSocketGro, DrainedTellsWhetherTheLastReceiveTookEverythingQueued) {
+  std::vector<std::unique_ptr<esp::PacketBuffer>> buffers;
+  auto batch_of = [&](size_t slots) {
+    std::vector<Datagram> batch(slots);
+    for (auto& datagram : batch) {
+      buffers.push_back(std::make_unique<esp::PacketBuffer>(2048));
+      datagram.buffer = buffers.back().get();
+    }
+    return batch;
+  };
+  auto four = batch_of(4);
+  // A run of 10 coalesced into one message: 4 datagrams now, 6 wait here.
+  sender_->send_segmented(make_run(0, 10, 1000, 1000));
+  ASSERT_EQ(socket_->receive(four, 1000), 4);
+  EXPECT_FALSE(socket_->drained()) << "6 datagrams of the run still wait";
+  ASSERT_EQ(socket_->receive(four, 1000), 4);
+  EXPECT_FALSE(socket_->drained());
+  ASSERT_EQ(socket_->receive(four, 1000), 2);
+  EXPECT_TRUE(socket_->drained());
+  // Six single datagrams in the kernel's queue, four asked for: not drained; then two
+  // left, four asked for: drained. (Loopback queues a datagram within its send; the pause
+  // only makes sure.)
+  for (uint32_t i = 0; i < 6; ++i) sender_->send_one(payload(100 + i, 300 + i));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(socket_->receive(four, 1000), 4);
+  EXPECT_FALSE(socket_->drained()) << "two more were queued";
+  ASSERT_EQ(socket_->receive(four, 1000), 2);
+  EXPECT_TRUE(socket_->drained());
+}
+
 std::string family_name(const ::testing::TestParamInfo<const char*>& param) {
   return std::string(param.param) == "::1" ? "Ipv6" : "Ipv4";
 }
