@@ -167,6 +167,28 @@ start_gateway() {  # start_gateway NS SIDE
   return 1
 }
 
+# For a failed check: where the gateways dropped packets (the counter dump SIGUSR1 writes
+# to their logs), non-zero counters only, and the drop counters of every interface.
+show_drops() {
+  local side pid ns
+  for side in a b; do
+    eval "pid=\${PID_$side:-}"
+    [[ -n $pid ]] && kill -USR1 "$pid" 2>/dev/null || true
+  done
+  sleep 0.5
+  for side in a b; do
+    echo "--- gw${side^^} counters (non-zero drops):"
+    # The last dump only (read backwards: from its "pipeline:" line to the one before it).
+    tac "$WORK/espgw-$side.log" 2>/dev/null | awk '/pipeline: fences/ && seen {exit} /gateway drops:/ {seen = 1} {print}' | tac |
+      grep -E ' drop [a-z-]+=[1-9]|gateway drops|kernel-drops=[1-9]|fence-timeouts=[1-9]' || true
+  done
+  for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do
+    echo "--- $ns interfaces (rx/tx dropped):"
+    in_ns "$ns" sh -c 'for d in /sys/class/net/*; do
+      echo "  ${d##*/} $(cat "$d/statistics/rx_dropped")/$(cat "$d/statistics/tx_dropped")"; done' || true
+  done
+}
+
 stop_gateway() {  # stop_gateway NS SIDE: SIGTERM, then the TUN device and routes are gone
   local ns=$1 side=$2 pid
   eval "pid=\$PID_$side"
