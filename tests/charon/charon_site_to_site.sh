@@ -228,30 +228,6 @@ for line in open(sys.argv[1]):
 print(totals["out"], totals["in"])' "$WORK/espgw-$1.log"
 }
 
-# Every device of the path that dropped a packet, as "NS:DEV rx=N tx=N ring=N qdisc=N"
-# (veths in NAPI mode count what their ring refused in ethtool -S; a qdisc counts its own),
-# so that a loss outside ESP says where it happened; "none" when no device dropped one.
-path_drops() {
-  local ns_dev ns dev rx tx ring qdisc out=""
-  for ns_dev in "$LANA:eth0" "$GWA:lan0" "$GWA:espgw0" "$GWA:wan0" "$GWB:wan0" "$GWB:espgw0" \
-    "$GWB:lan0" "$LANB:eth0"; do
-    ns=${ns_dev%%:*} dev=${ns_dev#*:}
-    read -r rx tx < <(ip -n "$ns" -j -s link show dev "$dev" | /usr/bin/python3 -c '
-import json, sys
-s = json.load(sys.stdin)[0]["stats64"]
-print(s["rx"]["dropped"], s["tx"]["dropped"])')
-    ring=$(in_ns "$ns" ethtool -S "$dev" 2>/dev/null |
-      awk '$1 ~ /^rx_queue_0_(drops|xdp_drops):$/ {n += $2} END {print n + 0}')
-    qdisc=$(tc -n "$ns" -s -j qdisc show dev "$dev" | /usr/bin/python3 -c '
-import json, sys
-print(sum(q.get("drops", 0) for q in json.load(sys.stdin)))')
-    if [[ ${rx:-0} != 0 || ${tx:-0} != 0 || ${ring:-0} != 0 || ${qdisc:-0} != 0 ]]; then
-      out+="${ns#"$RUN-"}:$dev rx=$rx tx=$tx ring=$ring qdisc=$qdisc "
-    fi
-  done
-  echo "${out:-none}"
-}
-
 # Packets the kernel dropped while their next hop's address was being resolved, in every
 # namespace (the neighbour table's statistics are not per namespace).
 arp_unresolved_discards() {

@@ -167,26 +167,52 @@ start_gateway() {  # start_gateway NS SIDE
   return 1
 }
 
-# For a failed check: where the gateways dropped packets (the counter dump SIGUSR1 writes
-# to their logs), non-zero counters only, and the drop counters of every interface.
-show_drops() {
-  local side pid ns
+# Every device of the path that dropped a packet, as "NS:DEV rx=N tx=N ring=N qdisc=N"
+# (veths in NAPI mode count what their ring refused in ethtool -S; a qdisc counts its own),
+# so that a loss outside ESP says where it happened; "none" when no device dropped one.
+path_drops() {
+  local ns_dev ns dev rx tx ring qdisc out=""
+  for ns_dev in "$LANA:eth0" "$GWA:lan0" "$GWA:espgw0" "$GWA:wan0" "$GWB:wan0" "$GWB:espgw0" \
+    "$GWB:lan0" "$LANB:eth0"; do
+    ns=${ns_dev%%:*} dev=${ns_dev#*:}
+    read -r rx tx < <(ip -n "$ns" -j -s link show dev "$dev" | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)[0]["stats64"]
+print(s["rx"]["dropped"], s["tx"]["dropped"])')
+    ring=$(in_ns "$ns" ethtool -S "$dev" 2>/dev/null |
+      awk '$1 ~ /^rx_queue_0_(drops|xdp_drops):$/ {n += $2} END {print n + 0}')
+    qdisc=$(tc -n "$ns" -s -j qdisc show dev "$dev" | /usr/bin/python3 -c '
+import json, sys
+print(sum(q.get("drops", 0) for q in json.load(sys.stdin)))')
+    if [[ ${rx:-0} != 0 || ${tx:-0} != 0 || ${ring:-0} != 0 || ${qdisc:-0} != 0 ]]; then
+      out+="${ns#"$RUN-"}:$dev rx=$rx tx=$tx ring=$ring qdisc=$qdisc "
+    fi
+  done
+  echo "${out:-none}"
+}
+
+# Has both gateways write their counters to their logs (SIGUSR1) and waits for it.
+dump_counters() {
+  local side pid
   for side in a b; do
     eval "pid=\${PID_$side:-}"
     [[ -n $pid ]] && kill -USR1 "$pid" 2>/dev/null || true
   done
   sleep 0.5
+}
+
+# For a failed check: where packets were dropped: each gateway's non-zero drop counters
+# (from a fresh dump) and every device of the path that dropped one.
+show_drops() {
+  local side
+  dump_counters
   for side in a b; do
     echo "--- gw${side^^} counters (non-zero drops):"
     # The last dump only (read backwards: from its "pipeline:" line to the one before it).
     tac "$WORK/espgw-$side.log" 2>/dev/null | awk '/pipeline: fences/ && seen {exit} /gateway drops:/ {seen = 1} {print}' | tac |
       grep -E ' drop [a-z-]+=[1-9]|gateway drops|kernel-drops=[1-9]|fence-timeouts=[1-9]' || true
   done
-  for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do
-    echo "--- $ns interfaces (rx/tx dropped):"
-    in_ns "$ns" sh -c 'for d in /sys/class/net/*; do
-      echo "  ${d##*/} $(cat "$d/statistics/rx_dropped")/$(cat "$d/statistics/tx_dropped")"; done' || true
-  done
+  echo "--- drops along the path: $(path_drops)"
 }
 
 stop_gateway() {  # stop_gateway NS SIDE: SIGTERM, then the TUN device and routes are gone

@@ -195,8 +195,7 @@ check_reload_keeps_traffic() {  # SIGHUP with an unchanged SA set: no packet los
 }
 
 queue_delay_drops() {  # the sum of both gateways' queue-delay counters, from a fresh dump
-  kill -USR1 "$PID_a" "$PID_b"
-  sleep 0.5
+  dump_counters
   local side total=0 n
   for side in a b; do
     n=$(grep -o "gateway drops: .* queue-delay=[0-9]*" "$WORK/espgw-$side.log" | tail -1 | sed 's/.*queue-delay=//')
@@ -295,8 +294,7 @@ run_jumbo() {
     if ((big > 100 && big * 2 > all)); then
       pass "jumbo WAN carries large ESP packets: $big of $all over 3000 bytes"
     else fail "jumbo WAN: $big of $all ESP packets over 3000 bytes"; fi
-    for side in a b; do kill -USR1 "$(eval echo "\$PID_$side")"; done
-    sleep 0.5
+    dump_counters
     if grep -qE "tun-resegmented=[1-9]" "$WORK/espgw-a.log" &&
        grep -qE "tun-resegmented=[1-9]" "$WORK/espgw-b.log"; then
       pass "jumbo both gateways segmented jumbo TCP packets again to fit their LAN"
@@ -376,8 +374,7 @@ print(len(streams), sum(s["packets"] for s in streams), sum(s["out_of_order"] fo
   if [[ $flows == 16 && $reordered == 0 ]] && ((packets > 10000)); then
     pass "ecmp every one of $flows UDP flows arrived in order ($packets packets, $lost lost)"
   else fail "ecmp UDP flows: $flows flows, $packets packets, $reordered out of order, $lost lost"; fi
-  kill -USR1 "$PID_a" "$PID_b"
-  sleep 0.5
+  dump_counters
   local used
   used=$(grep -oE "sa out spi=0x0000100[1-4] .* packets=[1-9][0-9]*" "$WORK/espgw-a.log" | awk '{print $3}' | sort -u | wc -l)
   if ((used == 4)); then pass "ecmp the flows spread over all 4 outbound SAs of the group"
