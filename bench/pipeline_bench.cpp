@@ -107,9 +107,11 @@
 #include "collecting_reporter.h"
 #include "crypto/aead.h"
 #include "esp/counters.h"
+#include "esp/decap.h"
 #include "esp/drop_reason.h"
 #include "esp/encap.h"
 #include "esp/esp_format.h"
+#include "esp/inbound_sa_table.h"
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
@@ -745,6 +747,57 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
 }
 
 // ---------------------------------------------------------------------------------------
+// The floor under the pipeline cases: the same ESP work with no pipeline at all.
+
+// One thread, per packet: copy the inner packet into a buffer (the feeder's copy), encap
+// with the engine (esp::encapsulate: sequence number, ESP framing, seal), copy the ESP
+// packet into a second buffer (the loopback's copy), decap (SPI lookup, replay check,
+// open, commit, trailer, selectors). The SAs are taken in turn (with 64, each packet has
+// another SA than the one before, as in the ECMP case), and buffers rotate over one
+// run-to-completion batch (Pipeline::kWorkerBatch). What the pipeline adds, queues,
+// ordering, classification, pool and sinks, is absent: an inline case's time beyond this
+// floor is the pipeline's own, and the floor's ratio to raw is the most any pipeline
+// built on this engine can reach in this benchmark.
+void engine_floor(benchmark::State& state, uint32_t sas) {
+  std::vector<std::unique_ptr<esp::OutboundSa>> outbound;
+  esp::InboundSaTable inbound;
+  for (uint32_t i = 0; i < sas; ++i) {
+    const esp::SaConfig config = make_config(i);
+    outbound.push_back(std::make_unique<esp::OutboundSa>(config, crypto::ipsec_mb_backend()));
+    inbound.add(std::make_shared<esp::InboundSa>(config, crypto::ipsec_mb_backend()));
+  }
+  esp::EngineCounters engine;
+  constexpr size_t kBuffers = pl::Pipeline::kWorkerBatch;
+  std::vector<esp::PacketBuffer> sealed, received;
+  for (size_t i = 0; i < kBuffers; ++i) {
+    sealed.emplace_back(2048);
+    received.emplace_back(2048);
+  }
+  const std::vector<uint8_t> inner = make_inner_packet();
+  size_t next_buffer = 0;
+  uint32_t next_sa = 0;
+  for (auto _ : state) {
+    esp::PacketBuffer& out = sealed[next_buffer];
+    esp::PacketBuffer& in = received[next_buffer];
+    next_buffer = next_buffer + 1 == kBuffers ? 0 : next_buffer + 1;
+    out.assign(inner);
+    if (esp::encapsulate(*outbound[next_sa], out, esp::OuterHeaders::omit) !=
+        esp::DropReason::none) {
+      state.SkipWithError("engine floor: encapsulate failed");
+      break;
+    }
+    next_sa = next_sa + 1 == sas ? 0 : next_sa + 1;
+    in.assign(out.bytes());
+    if (esp::decapsulate(inbound, engine, in) != esp::DropReason::none || in.size() != kInner) {
+      state.SkipWithError("engine floor: decapsulate failed");
+      break;
+    }
+  }
+  state.counters["Gbps"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kInner * 8 / 1e9, benchmark::Counter::kIsRate);
+}
+
+// ---------------------------------------------------------------------------------------
 // ReorderBuffer alone.
 
 constexpr size_t kReorderBatch = 4096;
@@ -797,6 +850,9 @@ void reorder_bench(benchmark::State& state, bool shuffled, uint64_t hold_ns) {
 // Registration, the collecting reporter and the summary.
 
 const std::string kRawName = "raw/AES-128-GCM/roundtrip/1400";
+std::string floor_name(uint32_t sas) {
+  return "floor/engine_with_copies/sas:" + std::to_string(sas);
+}
 const char* const kHandoffNames[] = {"handoff/cache_line_round_trip/before_pipeline",
                                      "handoff/cache_line_round_trip/after_pipeline"};
 std::string raw_threads_name(unsigned threads) {
@@ -933,6 +989,14 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
   for (const uint32_t sas : kSaCounts) {
     out << "\nSAs: " << sas << (sas == 1 ? " (a group of one)" : " (one group, ECMP by flow)")
         << "\n";
+    if (const auto floor_ns = r.value(floor_name(sas), "real_ns"); floor_ns && raw_ns) {
+      const auto inline_ns = r.value(pipeline_name(sas, 0), "cpu_ns_per_packet");
+      out << format(
+          "floor (no pipeline: engine encap + decap and the two copies, one thread): %.1f ns "
+          "= %.3f of raw; inline's time beyond it: %s\n",
+          *floor_ns, *raw_ns / *floor_ns,
+          inline_ns ? format("%.1f ns", *inline_ns - *floor_ns).c_str() : "-");
+    }
     out << format("%7s %8s %7s %8s %8s %8s %8s %7s %10s %8s %8s %11s %6s %5s\n", "workers",
                   "Gbit/s", "Mpps", "real_ns", "cpu_ns", "wcpu_ns", "scaling", "of_raw",
                   "of_ceiling", "cpu_eff", "wcpu_eff", "feeder_wait", "drops", "late");
@@ -1102,6 +1166,8 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(raw_threads_name(w).c_str(), raw_roundtrip)
           ->Threads(static_cast<int>(w))
           ->UseRealTime();
+  for (const uint32_t sas : kSaCounts)
+    benchmark::RegisterBenchmark(floor_name(sas).c_str(), engine_floor, sas)->UseRealTime();
   benchmark::RegisterBenchmark(kHandoffNames[0], handoff_round_trip)->UseRealTime();
   for (const uint32_t sas : kSaCounts) {
     std::vector<unsigned> cases = g_workers;
