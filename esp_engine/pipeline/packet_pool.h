@@ -17,9 +17,16 @@
 // keep a small cache of free packets of their own (use_thread_cache()): what such a thread
 // releases goes there first and what it acquires comes from there, so a thread that
 // frees and reuses its own packets touches no shared line, and one that only acquires
-// takes them from the stack half a cache at a time. A cache holds at most 1/256 of the
-// pool and there are at most 64, so no more than a quarter of the pool can wait in
-// caches (those of stopped threads included) while another thread finds the stack empty.
+// takes them from the stack half a cache at a time. A cache holds at most 1/128 of the
+// pool and there are at most 32 (only submitting threads claim one: readers, one per TUN
+// queue and WAN socket), so no more than a quarter of the pool can wait in caches (those
+// of stopped threads included) while another thread finds the stack empty. The default
+// pool of 8192 gives caches of 64 packets: what a reader running to completion holds at
+// once (a batch of 32 and, inbound or through a loopback, as many again). With caches of
+// 32 (1/256 of the pool) every batch spilled onto the stack and refilled from it, so with
+// two readers each took packets the other had just written, whose lines then crossed
+// between the CPUs: two readers on SAs of their own reached 1.0x one reader instead of
+// 1.6x (docs/performance.md, "Thread caches of the pool").
 #pragma once
 
 #include <array>
@@ -61,7 +68,7 @@ class PacketPool {
 
  private:
   static constexpr uint32_t kEmpty = ~uint32_t{0};
-  static constexpr size_t kThreadCaches = 64;
+  static constexpr size_t kThreadCaches = 32;  // see above: 1/128 of the pool each
   static constexpr size_t kThreadCacheMax = 64;
   static uint64_t pack(uint32_t index, uint32_t tag) { return uint64_t{tag} << 32 | index; }
   static uint32_t index_of(uint64_t head) { return static_cast<uint32_t>(head); }

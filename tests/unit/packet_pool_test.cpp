@@ -70,9 +70,9 @@ TEST(PacketPool, ABatchAcquireTakesTheTopInOrder) {
   EXPECT_EQ(pool.count_free(), 0u);
 }
 
-// 1024 packets: the smallest pool with thread caches (4 packets each).
+// 512 packets: the smallest pool with thread caches (4 packets each, 1/128 of the pool).
 TEST(PacketPool, AThreadCacheHandsBackWhatThisThreadReleasedFirst) {
-  PacketPool pool(1024, 64);
+  PacketPool pool(512, 64);
   pool.use_thread_cache();
   Packet* a = pool.acquire();  // fills half the cache from the stack's top
   Packet* b = pool.acquire();
@@ -84,25 +84,51 @@ TEST(PacketPool, AThreadCacheHandsBackWhatThisThreadReleasedFirst) {
   EXPECT_EQ(pool.acquire(), b);
   pool.release(a);
   pool.release(b);
-  EXPECT_EQ(pool.count_free(), 1024u) << "cached packets count as free";
+  EXPECT_EQ(pool.count_free(), 512u) << "cached packets count as free";
 }
 
 TEST(PacketPool, AThreadCacheTakesWhatFitsAndTheStackTheRest) {
-  PacketPool pool(1024, 64);
+  PacketPool pool(512, 64);
   pool.use_thread_cache();
   std::vector<Packet*> taken;
   for (int i = 0; i < 10; ++i) taken.push_back(pool.acquire());
   pool.release(std::span<Packet* const>(taken));  // 4 fit in the cache
-  EXPECT_EQ(pool.count_free(), 1024u);
+  EXPECT_EQ(pool.count_free(), 512u);
   // The end of the batch comes back first, from the cache; then the rest, from the stack.
   for (auto it = taken.rbegin(); it != taken.rend(); ++it) EXPECT_EQ(pool.acquire(), *it);
   for (Packet* p : taken) pool.release(p);  // singly: 4 cached, 6 pushed
-  EXPECT_EQ(pool.count_free(), 1024u);
+  EXPECT_EQ(pool.count_free(), 512u);
   std::vector<Packet*> all;
   while (Packet* p = pool.acquire()) all.push_back(p);
-  EXPECT_EQ(all.size(), 1024u);
+  EXPECT_EQ(all.size(), 512u);
   std::sort(all.begin(), all.end());
   EXPECT_EQ(std::unique(all.begin(), all.end()), all.end());
+}
+
+// A reader running to completion holds a batch of 32 packets and as many again (their
+// inbound copies, or a second batch): with the gateway's default pool, all of them come
+// back to it from its own cache, not from the stack, where another thread's packets
+// (their lines in that thread's CPU cache) would be mixed in.
+TEST(PacketPool, AReadersTwoBatchesStayInItsOwnCache) {
+  constexpr size_t kHeld = 64;
+  PacketPool pool(8192, 64);
+  Packet* other = pool.acquire();  // this thread has no cache: another thread's packet
+  ASSERT_NE(other, nullptr);
+  std::vector<Packet*> first;
+  std::thread([&] {
+    pool.use_thread_cache();
+    for (size_t i = 0; i < kHeld; ++i) first.push_back(pool.acquire());
+    pool.release(std::span<Packet* const>(first));
+    // The other thread frees its packet meanwhile: it goes onto the stack's top.
+    std::thread([&] { pool.release(other); }).join();
+    std::vector<Packet*> second;
+    for (size_t i = 0; i < kHeld; ++i) second.push_back(pool.acquire());
+    std::sort(first.begin(), first.end());
+    std::sort(second.begin(), second.end());
+    EXPECT_EQ(first, second) << "some packets came from the shared stack";
+    pool.release(std::span<Packet* const>(second));
+  }).join();
+  EXPECT_EQ(pool.count_free(), 8192u);
 }
 
 TEST(PacketPool, SmallPoolsHaveNoThreadCaches) {
