@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 RAW = "raw/AES-128-GCM/roundtrip/1400"
+FLOOR = re.compile(r"^floor/engine_with_copies/sas:(\d+)/")
 PIPELINE = re.compile(r"^pipeline/sas:(\d+)/workers:(\d+)")
 INLINE = re.compile(r"^pipeline/sas:(\d+)/inline/")  # no workers: the feeder alone
 # N feeders at once, each running its own packets to completion
@@ -111,6 +112,13 @@ def main():
     if raw and "ns_per_packet" in raw:
         ax_cpu.axhline(raw["ns_per_packet"], linestyle="--", color="#888888",
                        label=f"raw encrypt + decrypt ({raw['ns_per_packet']:.0f} ns)")
+    for name, v in sorted(values.items()):
+        m = FLOOR.match(name)
+        if m and "ns_per_packet" in v:
+            sas = int(m.group(1))
+            ax_cpu.axhline(v["ns_per_packet"], linestyle=":", color=COLORS.get(sas),
+                           label=f"{sas} SA{'s' if sas > 1 else ''}: no pipeline, engine + copies "
+                                 f"({v['ns_per_packet']:.0f} ns)")
     cpus = context.get("num_cpus", "?")
     ax_tp.set_title(f"Throughput, 1400 B AES-128-GCM, encrypt + decrypt ({cpus} CPUs)")
     ax_tp.set_xlabel("workers (plus one feeder; 0: the feeder alone), or feeders (triangles)")
