@@ -599,11 +599,10 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   const size_t flows_per_feeder = std::max<size_t>(kFlows / feeders, 1);
   // One feeder's read batch: g_batch packets, then complete_submitted().
   auto feed_batch = [&](Feeder& feeder) {
-    // Summing the drop counters walks every SA, so only when the cheap bound says "full".
-    // With several feeders, each looks at the others' counts every 16 packets (the
-    // reserve covers what they feed meanwhile).
-    // The delivered count is summed again only when the bound with the last sum says
-    // "full": deliveries only grow it, so an old sum overstates what is in flight.
+    // The delivered count is summed again, and the drop counters (every SA) summed at
+    // all, only when the bound with the last sum says "full": deliveries only grow it, so
+    // an old sum overstates what is in flight. With several feeders, each looks at the
+    // others' counts every 16 packets (the reserve covers what they feed meanwhile).
     uint64_t fed_seen = 0;
     auto has_room = [&](size_t i) {
       if (feeders == 1)
