@@ -51,6 +51,7 @@ struct Outbox {
   std::set<std::string, std::less<>> events;  // registered for
   std::deque<Bytes> queue;                    // not yet taken by the server thread
   size_t pending = 0;  // bytes unsent: in `queue` plus in Connection::sending
+  size_t urgent = 0;   // Priority::urgent packets at the front of `queue`
   bool overflowed = false;
 };
 
@@ -137,7 +138,7 @@ struct Server::State {
   std::chrono::steady_clock::time_point accept_resume{};
 
   std::atomic<uint64_t> accepted{0}, refused{0}, malformed{0}, slow_dropped{0}, commands{0},
-      unknown_commands{0};
+      unknown_commands{0}, bulk_shed{0};
 
   void run();
   void accept_all();
@@ -150,23 +151,29 @@ struct Server::State {
   void wake();
 
   // Under mutex. False if the connection overflowed (and is now marked for closing).
-  bool enqueue_locked(Outbox& outbox, const Bytes& bytes);
+  bool enqueue_locked(Outbox& outbox, const Bytes& bytes, bool urgent = false);
   // To every registered connection, or only to `to`.
-  size_t publish(std::optional<ConnectionId> to, std::string_view event, const Message& message);
+  size_t publish(std::optional<ConnectionId> to, std::string_view event, const Message& message,
+                 Priority priority = Priority::normal, size_t* shed = nullptr);
 };
 
 size_t Server::State::publish(std::optional<ConnectionId> to, std::string_view event,
-                              const Message& message) {
+                              const Message& message, Priority priority, size_t* shed) {
   // Encoded once, outside the lock, and shared by every connection's queue.
   const auto bytes = std::make_shared<const std::vector<uint8_t>>(
       encode_packet(Packet{PacketType::event, std::string(event), message}));
   size_t queued = 0;
+  size_t shed_here = 0;
   bool dropped = false;
   {
     std::lock_guard lock(mutex);
     const auto deliver = [&](Outbox& outbox) {
       if (!outbox.events.contains(event)) return;
-      if (enqueue_locked(outbox, bytes)) {
+      if (priority == Priority::bulk && outbox.pending + bytes->size() > kMaxQueuedBulk) {
+        ++shed_here;
+        return;
+      }
+      if (enqueue_locked(outbox, bytes, priority == Priority::urgent)) {
         ++queued;
       } else {
         dropped = true;
@@ -178,21 +185,29 @@ size_t Server::State::publish(std::optional<ConnectionId> to, std::string_view e
       for (auto& entry : outboxes) deliver(*entry.second);
     }
   }
+  if (shed_here != 0) bulk_shed.fetch_add(shed_here, std::memory_order_relaxed);
+  if (shed) *shed = shed_here;
   if (queued > 0 || dropped) wake();
   return queued;
 }
 
-bool Server::State::enqueue_locked(Outbox& outbox, const Bytes& bytes) {
+bool Server::State::enqueue_locked(Outbox& outbox, const Bytes& bytes, bool urgent) {
   if (outbox.overflowed) return false;
   if (outbox.pending + bytes->size() > kMaxQueuedOutput) {
     outbox.overflowed = true;
     outbox.events.clear();
     for (const Bytes& queued : outbox.queue) outbox.pending -= queued->size();
     outbox.queue.clear();
+    outbox.urgent = 0;
     slow_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  outbox.queue.push_back(bytes);
+  // Packets in `queue` are whole and none of them has been started (the server thread
+  // writes from its own list, `sending`), so an urgent one may go in front of them.
+  if (urgent)
+    outbox.queue.insert(outbox.queue.begin() + static_cast<std::ptrdiff_t>(outbox.urgent++), bytes);
+  else
+    outbox.queue.push_back(bytes);
   outbox.pending += bytes->size();
   return true;
 }
@@ -413,6 +428,7 @@ void Server::State::flush(Connection& connection) {
     if (connection.sending.empty()) {
       std::lock_guard lock(mutex);
       connection.sending.swap(connection.outbox->queue);
+      connection.outbox->urgent = 0;
     }
     if (connection.sending.empty()) return;
     iovec iov[kMaxIovecs];
@@ -556,8 +572,9 @@ void Server::stop() {
   s.thread.join();
 }
 
-size_t Server::publish(std::string_view event, const Message& message) {
-  return state_->publish(std::nullopt, event, message);
+size_t Server::publish(std::string_view event, const Message& message, Priority priority,
+                       size_t* shed) {
+  return state_->publish(std::nullopt, event, message, priority, shed);
 }
 
 bool Server::publish_to(ConnectionId to, std::string_view event, const Message& message) {
@@ -571,6 +588,7 @@ Server::Stats Server::stats() const {
       .connections_refused = s.refused.load(std::memory_order_relaxed),
       .malformed_packets = s.malformed.load(std::memory_order_relaxed),
       .slow_clients_dropped = s.slow_dropped.load(std::memory_order_relaxed),
+      .bulk_events_shed = s.bulk_shed.load(std::memory_order_relaxed),
       .commands = s.commands.load(std::memory_order_relaxed),
       .unknown_commands = s.unknown_commands.load(std::memory_order_relaxed),
   };

@@ -47,12 +47,27 @@ class Server {
   // handler (std::logic_error).
   void stop();
 
+  // How an event competes with the others queued for a connection.
+  enum class Priority {
+    normal,  // queued in order; a connection over kMaxQueuedOutput is dropped
+    // Shed rather than queued for a connection that has kMaxQueuedBulk bytes or more
+    // unsent (counted: Stats::bulk_events_shed), so a flood of them (IKE datagrams) can
+    // neither overflow the connection nor delay what follows by more than that.
+    bulk,
+    // Queued ahead of every event the server thread has not started writing yet (after
+    // earlier urgent ones): an SA expiry must not wait behind a backlog of IKE.
+    urgent,
+  };
+  static constexpr size_t kMaxQueuedBulk = 1024 * 1024;
+
   // Thread-safe and never waits for I/O: encodes once, queues the event for every
   // connection registered for it and wakes the server thread (eventfd). Returns how many
-  // connections it was queued for (0 for an event nobody registered, or undeclared).
+  // connections it was queued for (0 for an event nobody registered, or undeclared);
+  // `shed`, if given, gets how many registered connections shed it (Priority::bulk).
   // Throws std::length_error for a message too large for a packet. Events published from
   // a handler reach the client before that handler's response (charon's streaming).
-  size_t publish(std::string_view event, const Message& message);
+  size_t publish(std::string_view event, const Message& message,
+                 Priority priority = Priority::normal, size_t* shed = nullptr);
   // The same for one connection only, and only if it registered for the event: how a
   // handler streams results to the client that asked (charon's list-sas streams list-sa
   // to the requester alone). Returns whether it was queued.
@@ -64,6 +79,7 @@ class Server {
     uint64_t malformed_packets;     // broken framing or encoding, or a packet type
                                     // a client must not send; each closed its connection
     uint64_t slow_clients_dropped;  // over kMaxQueuedOutput
+    uint64_t bulk_events_shed;      // Priority::bulk events not queued (kMaxQueuedBulk)
     uint64_t commands;              // requests answered by a handler (thrown or not)
     uint64_t unknown_commands;      // requests answered CMD_UNKNOWN
   };

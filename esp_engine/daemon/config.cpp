@@ -141,6 +141,12 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       if (!parse_number(value, config.min_replay_window, 0u, 65536u)) bad("0 to 65536 packets");
     } else if (key == "ike-port") {
       if (!parse_number<uint16_t>(value, config.ike_port, 0, 65535)) bad("a port number or 0");
+    } else if (key == "ike-rate-limit") {
+      const size_t space = value.find_first_of(" \t");
+      if (space == std::string_view::npos ||
+          !parse_number(trim(value.substr(0, space)), config.ike_rate_per_source, 0u, 10000000u) ||
+          !parse_number(trim(value.substr(space + 1)), config.ike_rate_global, 0u, 10000000u))
+        bad("two rates in packets per second, per source and in all, like '5000 20000' (0: none)");
     } else if (key == "workers") {
       config.run_to_completion = value == "inline";
       if (!config.run_to_completion && !parse_number(value, config.workers, 0u, 1024u))

@@ -44,6 +44,11 @@ struct GatewayConfig {
   // only. With it, espgw also owns the IKE ports: udp-port (NAT-T) and ike-port.
   std::string control_socket;
   uint16_t ike_port = 500;  // 0: no IKE socket (NAT-T port only)
+  // IKE datagrams passed to charon, per second from one source address and in all
+  // (`ike-rate-limit = PER-SOURCE GLOBAL`; 0: no limit); more are dropped and counted as
+  // ike-rate-limited (daemon/ike_rate_limiter.h, docs/security.md).
+  uint32_t ike_rate_per_source = 5000;
+  uint32_t ike_rate_global = 20000;
   // charon asks for a 32-packet replay window by default (like the kernel). Packets that
   // workers on different cores put on the wire can overtake each other by more than that
   // inside the kernel, so espgw widens smaller windows to this; 0 from charon (no replay

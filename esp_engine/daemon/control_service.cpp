@@ -88,9 +88,9 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   server_.declare_event("list-sa");
   server_.declare_event("list-policy");
 
-  gateway_.on_ike([this](std::span<const uint8_t> ike, const esp::IpAddress& peer,
-                         uint16_t peer_port,
-                         uint16_t local_port) { publish_ike(ike, peer, peer_port, local_port); });
+  gateway_.on_ike(
+      [this](std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
+             uint16_t local_port) { return publish_ike(ike, peer, peer_port, local_port); });
   gateway_.on_expire([this](uint32_t spi, const esp::IpAddress& destination, bool hard) {
     publish_expire(spi, destination, hard);
   });
@@ -121,6 +121,9 @@ vici::Message ControlService::hello(const Message& request) {
     charon_instance_ = *instance;
     log(LogLevel::info, "charon attached to the control socket");
   }
+  // The plugin registers for its events before its hello (espgw_control.c, run_events),
+  // so expiries that found no charon can go now.
+  flush_pending_expiries_locked();
   Message response = success();
   response.set("espgw-instance", instance_);
   return response;
@@ -128,6 +131,11 @@ vici::Message ControlService::hello(const Message& request) {
 
 void ControlService::forget_charon_state_locked(const char* why) {
   policies_.clear();
+  // Their SAs go below: a new charon never knew them.
+  if (const size_t stale = pending_expiries_.size()) {
+    pending_expiries_.clear();
+    log(LogLevel::info, "%s: %zu queued SA expiries of the previous charon dropped", why, stale);
+  }
   const size_t sas = gateway_.clear_dynamic_sas();
   const size_t policies = gateway_.clear_dynamic_policies();
   if (sas || policies)
@@ -275,7 +283,7 @@ vici::Message ControlService::ike_send(const Message& request) {
   return success();
 }
 
-void ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer,
+bool ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer,
                                  uint16_t peer_port, uint16_t local_port) {
   Message event;
   event.set("src", peer.to_string());
@@ -283,19 +291,65 @@ void ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddr
   event.set("dst", gateway_.local_address().to_string());
   event.set("dst-port", local_port);
   event.set("data", std::string_view(reinterpret_cast<const char*>(ike.data()), ike.size()));
-  if (server_.publish("ike-packet", event) == 0)
-    log(LogLevel::debug, "IKE packet from %s dropped: no charon attached",
-        peer.to_string().c_str());
+  // Bulk: behind a backlog of 1 MiB (charon not reading fast enough) IKE is shed, not
+  // queued, so a flood can neither overflow the event connection (which would close it,
+  // losing the expiries queued on it) nor hold an expiry back for long.
+  size_t shed = 0;
+  if (server_.publish("ike-packet", event, vici::Server::Priority::bulk, &shed) != 0 || shed != 0)
+    return true;
+  log(LogLevel::debug, "IKE packet from %s dropped: no charon attached", peer.to_string().c_str());
+  return false;
 }
 
+namespace {
+
+vici::Message expire_event(const Expiry& expiry) {
+  vici::Message event;  // the gateway reports charon's SAs only: static ones are never rekeyed
+  event.set("spi", expiry.spi);
+  event.set("dst", expiry.destination.to_string());
+  event.set_bool("hard", expiry.hard);
+  return event;
+}
+
+}  // namespace
+
 void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard) {
-  Message event;  // the gateway reports charon's SAs only: static ones are never rekeyed
-  event.set("spi", spi);
-  event.set("dst", destination.to_string());
-  event.set_bool("hard", hard);
-  if (server_.publish("sa-expire", event) == 0)
-    log(LogLevel::warn, "SA %s reached its %s lifetime but no charon is attached to rekey it",
+  const Expiry expiry{spi, destination, hard};
+  std::lock_guard lock(mutex_);
+  // Urgent: ahead of any IKE queued for the plugin.
+  if (server_.publish("sa-expire", expire_event(expiry), vici::Server::Priority::urgent) != 0)
+    return;
+  if (pending_expiries_.add(expiry))
+    log(LogLevel::warn,
+        "SA %s reached its %s lifetime but no charon is attached to rekey it; queued until "
+        "charon attaches",
         spi_text(spi).c_str(), hard ? "hard" : "soft");
+}
+
+void ControlService::flush_pending_expiries_locked() {
+  if (pending_expiries_.size() == 0) return;
+  const std::vector<Expiry> waiting = pending_expiries_.take();
+  size_t sent = 0, gone = 0;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    const Expiry& expiry = waiting[i];
+    if (!gateway_.sa_usage(expiry.spi, expiry.destination)) {
+      ++gone;  // charon deleted the SA meanwhile: nothing left to rekey
+      continue;
+    }
+    if (server_.publish("sa-expire", expire_event(expiry), vici::Server::Priority::urgent) == 0) {
+      // The hello came on the command connection before the events were registered
+      // (a charon that reconnected only that one): they wait for the next hello.
+      for (size_t j = i; j < waiting.size(); ++j) pending_expiries_.add(waiting[j]);
+      break;
+    }
+    ++sent;
+  }
+  expiries_sent_late_ += sent;
+  if (sent || gone)
+    log(LogLevel::info,
+        "charon attached: %zu SA expiries that waited for it sent, %zu dropped (SA deleted "
+        "meanwhile), %zu still waiting",
+        sent, gone, pending_expiries_.size());
 }
 
 template <typename Items, typename Describe>
@@ -407,6 +461,13 @@ vici::Message ControlService::stats() {
   socket.set("refused", control.connections_refused);
   socket.set("malformed", control.malformed_packets);
   socket.set("slow-clients-dropped", control.slow_clients_dropped);
+  socket.set("ike-events-shed", control.bulk_events_shed);
+  {
+    std::lock_guard lock(mutex_);
+    socket.set("expiries-pending", static_cast<uint64_t>(pending_expiries_.size()));
+    socket.set("expiries-sent-late", expiries_sent_late_);
+    socket.set("expiries-dropped", pending_expiries_.dropped());
+  }
   socket.set("commands", control.commands);
   socket.set("unknown-commands", control.unknown_commands);
   return response;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "daemon/gateway.h"
+#include "daemon/pending_expiries.h"
 #include "vici_bridge/vici_server.h"
 #include "xfrm/static_file.h"
 
@@ -58,9 +59,17 @@ class ControlService {
                         const Items& items, const Describe& describe, Message& response);
   Message stats();
 
-  void publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
+  // False when no connection registered for IKE (no charon attached): the gateway counts
+  // the datagram as dropped. A datagram shed for a full backlog (vici::Server's bulk
+  // priority) counts as taken; the server counts it (bulk-events-shed).
+  bool publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
                    uint16_t local_port);
+  // Sends `sa-expire` ahead of any queued IKE; with no charon registered for it, queues
+  // it in pending_expiries_ until the next hello.
   void publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard);
+  // Publishes the expiries that waited for a charon, oldest first, skipping those whose
+  // SA charon has since deleted. What still finds nobody stays queued.
+  void flush_pending_expiries_locked();
   void forget_charon_state_locked(const char* why);
 
   Gateway& gateway_;
@@ -76,6 +85,8 @@ class ControlService {
   std::map<std::string, PolicyEntry> policies_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> reserved_spis_;
   uint32_t next_policy_id_ = 1u << 24;  // static-file policies are numbered from 1
+  PendingExpiries pending_expiries_;
+  uint64_t expiries_sent_late_ = 0;  // delivered from pending_expiries_ at a hello
 };
 
 }  // namespace espgw::daemon

@@ -236,7 +236,10 @@ class Gateway::TunSink final : public pipeline::PacketSink {
   const std::atomic<unsigned>& lan_mtu_;
 };
 
-Gateway::Gateway(GatewayConfig config) : config_(std::move(config)), flow_seed_(random_seed()) {
+Gateway::Gateway(GatewayConfig config)
+    : config_(std::move(config)),
+      flow_seed_(random_seed()),
+      ike_limiter_({config_.ike_rate_per_source, config_.ike_rate_global}, random_seed()) {
   set_log_level(config_.log_level);
   if (!config_.static_sa_file.empty()) {
     auto file = xfrm::load_static_file(config_.static_sa_file);
@@ -1038,13 +1041,13 @@ void Gateway::log_counters() const {
   };
   log(LogLevel::info,
       "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
-      "wan-send-failed=%llu tun-write-failed=%llu tun-bad-offload=%llu queue-delay=%llu; "
-      "queue-delay-ecn=%llu (not a drop: marked CE) tun-resegmented=%llu (not a drop: larger "
-      "than lan-mtu %u)",
+      "ike-rate-limited=%llu wan-send-failed=%llu tun-write-failed=%llu "
+      "tun-bad-offload=%llu queue-delay=%llu; queue-delay-ecn=%llu (not a drop: marked CE) "
+      "tun-resegmented=%llu (not a drop: larger than lan-mtu %u)",
       g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
-      g(counters_.ike_dropped), g(counters_.wan_send_failed), g(counters_.tun_write_failed),
-      g(counters_.tun_bad_offload), g(counters_.queue_delay), g(counters_.queue_delay_marked),
-      g(counters_.tun_resegmented), lan_mtu_.load());
+      g(counters_.ike_dropped), g(counters_.ike_rate_limited), g(counters_.wan_send_failed),
+      g(counters_.tun_write_failed), g(counters_.tun_bad_offload), g(counters_.queue_delay),
+      g(counters_.queue_delay_marked), g(counters_.tun_resegmented), lan_mtu_.load());
   for (size_t i = 0; i < udp_sockets_.size(); ++i) {
     const auto wan = udp_sockets_[i]->stats();
     log(LogLevel::info,

@@ -21,6 +21,7 @@
 
 #include "daemon/config.h"
 #include "daemon/gateway_status.h"
+#include "daemon/ike_rate_limiter.h"
 #include "esp/counters.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
@@ -38,7 +39,11 @@ struct GatewayCounters {
   std::atomic<uint64_t> policy_discard{0};  // matched a discard (or bypass) policy
   std::atomic<uint64_t> no_sa{0};           // protect policy whose SA group is empty
   std::atomic<uint64_t> not_ip{0};          // TUN gave something that is not IPv4/IPv6
-  std::atomic<uint64_t> ike_dropped{0};     // IKE on 4500 with no IKE daemon attached
+  // IKE (on udp-port with the non-ESP marker, or on ike-port) that no charon took: none
+  // registered for it on the control socket, or no control socket at all.
+  std::atomic<uint64_t> ike_dropped{0};
+  // IKE over the rates of `ike-rate-limit` (IkeRateLimiter), never passed to charon.
+  std::atomic<uint64_t> ike_rate_limited{0};
   std::atomic<uint64_t> wan_send_failed{0};
   std::atomic<uint64_t> tun_write_failed{0};
   std::atomic<uint64_t> tun_bad_offload{0};  // a TUN frame the segmenter refused
@@ -111,8 +116,10 @@ class Gateway {
       std::function<void(uint32_t spi, const esp::IpAddress& destination, bool hard)>;
   void on_expire(ExpireHandler handler) { expire_handler_ = std::move(handler); }
   // Called from WAN reader threads with each IKE packet (non-ESP marker removed on
-  // port 4500) when a control socket is configured. Set before start().
-  using IkeHandler = std::function<void(std::span<const uint8_t> ike, const esp::IpAddress& peer,
+  // port 4500) when a control socket is configured, within `ike-rate-limit`. Returns
+  // false when nobody took it (no charon attached): the gateway counts it as dropped.
+  // Set before start().
+  using IkeHandler = std::function<bool(std::span<const uint8_t> ike, const esp::IpAddress& peer,
                                         uint16_t peer_port, uint16_t local_port)>;
   void on_ike(IkeHandler handler) { ike_handler_ = std::move(handler); }
   // Sends an IKE packet from `local_port` (the IKE port, or the NAT-T port with the
@@ -225,6 +232,7 @@ class Gateway {
   xfrm::StaticConfig static_config_;  // from static-sa-file, inbound selectors filled in
   ExpireHandler expire_handler_;
   IkeHandler ike_handler_;
+  IkeRateLimiter ike_limiter_;                 // what deliver_ike lets through to ike_handler_
   std::unique_ptr<io::WanSocket> ike_socket_;  // UDP ike-port (500) when charon is attached
 
   GatewayCounters counters_;

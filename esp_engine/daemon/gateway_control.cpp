@@ -10,6 +10,7 @@
 #include "daemon/gateway_entries.h"
 #include "daemon/log.h"
 #include "esp/drop_reason.h"
+#include "util/clock.h"
 #include "util/thread_name.h"
 
 namespace espgw::daemon {
@@ -172,6 +173,7 @@ GatewayStatus Gateway::status(bool entries) const {
                           {"no-sa", g(counters_.no_sa)},
                           {"not-ip", g(counters_.not_ip)},
                           {"ike-no-charon", g(counters_.ike_dropped)},
+                          {"ike-rate-limited", g(counters_.ike_rate_limited)},
                           {"wan-send-failed", g(counters_.wan_send_failed)},
                           {"tun-write-failed", g(counters_.tun_write_failed)},
                           {"tun-bad-offload", g(counters_.tun_bad_offload)},
@@ -209,7 +211,14 @@ void Gateway::deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& 
     counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  ike_handler_(ike, address, port, local_port);
+  if (!ike_limiter_.admit(address, clock_ns(CLOCK_MONOTONIC))) {
+    counters_.ike_rate_limited.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Not taken: no charon registered for IKE (detached, or restarting). Counted here; it
+  // used to be a debug log line only, and a flood while charon was away went uncounted.
+  if (!ike_handler_(ike, address, port, local_port))
+    counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool Gateway::send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,

@@ -126,8 +126,13 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   if (pending_next_ < pending_.size())
     return static_cast<int>(drain_pending(datagrams.first(count)));
   if (gro_ && scratch_messages_ < count) {
-    // Virtual memory only until a coalesced receive writes into it.
-    scratch_ = std::make_unique_for_overwrite<uint8_t[]>(count * kScratchPerMessage);
+    // Touched (zeroed) here, all of it: left as virtual memory, the pages came in one by
+    // one as coalesced runs and oversized datagrams wrote into them, and a storm of
+    // datagrams of up to 64 KB grew the daemon's RSS by the whole region over the first
+    // minutes of attack (5 MiB, +15%, with two readers; docs/security.md). An attacker
+    // should not be able to move the gateway's memory: it is resident from the first
+    // receive on, and flat after it.
+    scratch_ = std::make_unique<uint8_t[]>(count * kScratchPerMessage);
     scratch_messages_ = count;
     peers_.resize(count);
     peer_lengths_.resize(count);

@@ -23,11 +23,14 @@ bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, Pa
 [[gnu::always_inline]] inline size_t OrderedRelease::stage(std::span<const Staged> batch,
                                                            uint64_t left_crypto,
                                                            std::span<Packet*> out, PacketSink& sink,
-                                                           PacketPool& pool, bool& held) {
+                                                           PacketPool& pool, bool& held,
+                                                           uint64_t unauthenticated) {
   held = false;
   {
     std::lock_guard guard(lock_);
     LazyNow now;
+    if (unauthenticated != 0)
+      forged_until_ns_ = now.get() + buffer_.hold_ns() * ReorderBuffer::kBusyHoldFactor;
     const std::optional<size_t> taken = take_in_order(batch, out);
     if (!taken)
       for (const Staged& s : batch) buffer_.insert(s.index, s.packet, now, pending_);
@@ -46,10 +49,10 @@ bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, Pa
 }
 
 bool OrderedRelease::stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto,
-                                     PacketSink& sink, PacketPool& pool) {
+                                     PacketSink& sink, PacketPool& pool, uint64_t unauthenticated) {
   std::array<Packet*, kInOrderMax> in_order;
   bool held = false;
-  const size_t taken = stage(batch, left_crypto, in_order, sink, pool, held);
+  const size_t taken = stage(batch, left_crypto, in_order, sink, pool, held, unauthenticated);
   if (taken == 0) return held;
   return deliver_from(std::span<Packet* const>(in_order.data(), taken), sink, pool);
 }
@@ -89,7 +92,11 @@ bool OrderedRelease::drain(PacketSink& sink, PacketPool& pool) {
 void OrderedRelease::release_held(LazyNow& now) {
   // Nothing held (every packet so far came in order): nothing to look at, and the
   // in-crypto count, another cache line, is not read.
-  if (buffer_.held() > 0) buffer_.release(now, pending_, workers_busy());
+  if (buffer_.held() == 0) return;
+  // Forged packets lately: what is in crypto may be nothing but them, so it is no reason
+  // to wait longer for a gap (forged_until_ns_).
+  const bool busy = workers_busy() && (forged_until_ns_ == 0 || now.get() >= forged_until_ns_);
+  buffer_.release(now, pending_, busy);
 }
 
 bool OrderedRelease::take_ready(LazyNow& now) {

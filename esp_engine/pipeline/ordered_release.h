@@ -83,9 +83,10 @@ class alignas(64) OrderedRelease {
   // an SA would otherwise pass its lock back and forth for every packet), then delivery of
   // what is ready. `left_crypto` of the channel's `in_crypto` count are these packets: it
   // is counted down under the same lock, so no thread sees them neither in crypto nor in
-  // the buffer and gives up on a gap they fill. Returns as insert() does.
+  // the buffer and gives up on a gap they fill. `unauthenticated` of `left_crypto` failed
+  // their ICV check (see forged_until_ns_). Returns as insert() does.
   bool stage_and_drain(std::span<const Staged> batch, uint64_t left_crypto, PacketSink& sink,
-                       PacketPool& pool);
+                       PacketPool& pool, uint64_t unauthenticated = 0);
   // stage_and_drain() without delivering the direct way: a batch that continues the
   // release point, with nothing held, pending or being delivered, has its packets put in
   // `out` and their number returned (never more than kInOrderMax), and this thread then
@@ -139,7 +140,7 @@ class alignas(64) OrderedRelease {
   bool after_delivery(size_t delivered, bool& held);
   // The body of stage_or_take() and stage_and_drain().
   size_t stage(std::span<const Staged> batch, uint64_t left_crypto, std::span<Packet*> out,
-               PacketSink& sink, PacketPool& pool, bool& held);
+               PacketSink& sink, PacketPool& pool, bool& held, uint64_t unauthenticated = 0);
   // Under lock_: if `batch` continues the release point with nothing held, pending or being
   // delivered (one thread's packets in order, the common case), takes its packets into
   // `out` for delivery, marks their indexes released and sets draining_; returns how many
@@ -157,6 +158,12 @@ class alignas(64) OrderedRelease {
   std::atomic<uint64_t>* in_crypto_;
   std::atomic<uint64_t>* shared_in_flight_ = nullptr;
   ReorderBuffer buffer_;  // under lock_
+  // Under lock_. Until then, packets in crypto do not lengthen the hold of a gap (the busy
+  // hold): packets of this channel failed authentication lately, and forged packets that
+  // keep the workers busy on the SA's SPI (anyone can send them) would otherwise hold
+  // every gap kBusyHoldFactor times longer for as long as the flood lasts. Set for one
+  // busy hold after each batch with such a packet.
+  uint64_t forged_until_ns_ = 0;
 };
 
 }  // namespace espgw::pipeline

@@ -490,6 +490,17 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
     pool_.release(packet);
     return reason;
   }
+  // One SA may hold no more than max_in_flight_per_sa packets in crypto, as outbound: a
+  // flood of forged packets on one SPI (which only the ICV check tells apart) would
+  // otherwise take the whole pool, and every other SA's reader would find it empty. The
+  // place is taken before the check, as in submit_outbound, so readers sharing the SA
+  // cannot pass the bound together.
+  if (channel->in_crypto_.fetch_add(1, std::memory_order_relaxed) >= config_.max_in_flight_per_sa) {
+    channel->in_crypto_.fetch_sub(1, std::memory_order_relaxed);
+    channel->sa().counters().count(esp::DropReason::queue_full);
+    pool_.release(packet);
+    return esp::DropReason::queue_full;
+  }
   // A packet of an SA that a rekey replaced, after the new SA's first packet: the new
   // SA's next packet waits for it (the peer still sends this flow on the old SA; the next
   // on the new one must not overtake it). Only while a peer switches its flows over.
@@ -501,7 +512,6 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
   if (channel->predecessors_moved() && (fenced = channel->weak_from_this().lock()))
     fence_inbound(fenced);
   packet->direction = Direction::inbound;
-  channel->in_crypto_.fetch_add(1, std::memory_order_relaxed);
   packet->inbound = channel;
   enqueue(packet);
   return esp::DropReason::none;
@@ -524,6 +534,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     InboundChannel* inbound;
     uint32_t packets;   // through crypto and kept: in `grouped`, from `first`
     uint32_t finished;  // inbound: through crypto, kept or dropped
+    uint32_t forged;    // inbound: of those, failed authentication
     uint32_t first;
   };
   constexpr uint8_t kDropped = 0xFF;
@@ -549,7 +560,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     }
     table[slot] = static_cast<uint8_t>(group_count);
     keys[group_count] = key;
-    groups[group_count] = {outbound, inbound, 0, 0, 0};
+    groups[group_count] = {outbound, inbound, 0, 0, 0, 0};
     return last_group = static_cast<uint8_t>(group_count++);
   };
   for (size_t i = 0; i < count; ++i) {
@@ -568,6 +579,7 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
       ++groups[g].finished;
       if (esp::decap_open(packet->decap, packet->buffer) != esp::DropReason::none) {
         pool_.release(packet);  // counted on the SA; no tombstone: the number is unproven
+        ++groups[g].forged;
         group_of[i] = kDropped;
         continue;
       }
@@ -641,7 +653,8 @@ void Pipeline::process_batch(Packet* const* batch, size_t count, unsigned worker
     // Only once staged are these packets where the reorder buffer sees them: until then
     // they count as in crypto, so that a gap they fill is not given up on meanwhile.
     if (group.inbound->release().stage_and_drain(std::span(staged.data(), staged_count),
-                                                 group.finished, group.inbound->sink(), pool_))
+                                                 group.finished, group.inbound->sink(), pool_,
+                                                 group.forged))
       schedule_gap_timer(*group.inbound);
   }
   // One call per shared sink, then each channel's delivery ends, delivering what other

@@ -91,6 +91,7 @@ class ReorderBuffer {
   bool packets_waiting() const;
   uint64_t next_index() const { return next_; }
   size_t capacity() const { return mask_ + 1; }
+  uint64_t hold_ns() const { return hold_ns_; }
   size_t ring_size() const { return slots_ ? slot_mask_ + 1 : 0; }  // slots allocated now
   ReorderStats stats() const {
     ReorderStats stats = rare_;

@@ -380,6 +380,12 @@ class ControlSocketTest : public GatewayDynamicTest {
   bool command(const char* name, const vici::Message& request) {
     return client_->request(name, request).boolean("success") == true;
   }
+  // A counter of `stats`' control-socket section.
+  std::optional<uint64_t> control_stat(const char* name) {
+    const vici::Message stats = client_->request("stats");
+    const auto* section = stats.section("control-socket");
+    return section ? section->number(name) : std::nullopt;
+  }
   static vici::Message add_sa(uint32_t spi, bool inbound, uint32_t reqid) {
     return test::add_sa_request(spi, reqid, inbound, "127.0.0.1", "127.0.0.2",
                                 std::string(20, static_cast<char>(spi)));
@@ -450,6 +456,58 @@ TEST_F(ControlSocketTest, ANewCharonInstanceTakesTheOldOnesStateAway) {
   EXPECT_TRUE(status.policies.empty());
   EXPECT_TRUE(kernel_routes("espgwdyn0").empty());
   EXPECT_FALSE(gateway_->spi_in_use(0xc0000200));
+}
+
+// An SA expiry that happens while no charon listens for events (the plugin reconnecting)
+// waits and goes out when charon says hello again; before, it was logged and lost, and
+// the SA was never rekeyed.
+TEST_F(ControlSocketTest, AnExpiryWithoutCharonIsDeliveredAtItsNextHello) {
+  auto request = add_sa(0xc0000300, true, 1);
+  request.set("soft-seconds", uint64_t{1});
+  request.set("hard-seconds", uint64_t{3600});
+  ASSERT_TRUE(command("add-sa", request));
+  auto gone = add_sa(0xc0000301, true, 2);  // deleted before charon is back: not sent
+  gone.set("soft-seconds", uint64_t{1});
+  ASSERT_TRUE(command("add-sa", gone));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1050));
+  gateway_->enforce_lifetimes();  // nobody registered for sa-expire
+  gateway_->enforce_lifetimes();  // reported once only
+  EXPECT_EQ(control_stat("expiries-pending"), 2u);
+  vici::Message id;
+  id.set("spi", uint64_t{0xc0000301});
+  id.set("dst", "127.0.0.1");
+  ASSERT_TRUE(command("del-sa", id));
+
+  vici::Client events(path_);
+  events.subscribe("sa-expire");
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(50)));  // not before the hello
+  vici::Message hello;
+  hello.set("charon-instance", "test");  // the same charon, reconnected
+  ASSERT_TRUE(command("hello", hello));
+  const auto event = events.next_event(std::chrono::seconds(2));
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->name, "sa-expire");
+  EXPECT_EQ(event->message.number("spi"), 0xc0000300u);
+  EXPECT_EQ(event->message.boolean("hard"), false);
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(50)));  // nothing for the deleted SA
+  EXPECT_EQ(control_stat("expiries-pending"), 0u);
+  EXPECT_EQ(control_stat("expiries-sent-late"), 1u);
+}
+
+// A new charon never knew the old one's SAs: their queued expiries go with them.
+TEST_F(ControlSocketTest, ARestartedCharonGetsNoExpiriesOfTheOldOne) {
+  auto request = add_sa(0xc0000310, true, 1);
+  request.set("soft-seconds", uint64_t{1});
+  ASSERT_TRUE(command("add-sa", request));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1050));
+  gateway_->enforce_lifetimes();
+  vici::Client events(path_);
+  events.subscribe("sa-expire");
+  vici::Message hello;
+  hello.set("charon-instance", "restarted");
+  ASSERT_TRUE(command("hello", hello));
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(100)));
+  EXPECT_EQ(control_stat("expiries-pending"), 0u);
 }
 
 }  // namespace

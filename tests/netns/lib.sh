@@ -226,3 +226,57 @@ stop_gateway() {  # stop_gateway NS SIDE: SIGTERM, then the TUN device and route
   else pass "$ns: SIGTERM removed espgw0 and its routes"; fi
 }
 
+# --- Storms (tests/netns/storm.py): hostile datagrams at gwB while lanA pings lanB. Used by
+# site_to_site.sh scenario storm and bench/storm_bench.sh; ESPGWCTL must be set. ---
+STORM_SRC=192.0.2.66  # the attacker's address, on gwA's side of the WAN
+# ESP in UDP over IPv4; gwB also gets a control socket, so that it owns UDP 500 and passes
+# IKE on to a charon that is not attached (the path whose drops went uncounted).
+storm_configs() {
+  write_configs udp 4
+  chmod 600 "$WORK"/static-*.conf  # they hold keys: espgw refuses them readable by others
+  echo "control-socket = $WORK/espgw-b.ctl" >>"$WORK/espgw-b.conf"
+  local side
+  for side in a b; do  # two daemons on one host: a state directory each, where espgw has one
+    mkdir -p "$WORK/state-$side"
+    echo "state-dir = $WORK/state-$side" >>"$WORK/espgw-$side.conf"
+    "$ESPGW" --check -c "$WORK/espgw-$side.conf" >/dev/null 2>&1 || sed -i '$d' "$WORK/espgw-$side.conf"
+  done
+  ip -n "$GWA" addr replace "$STORM_SRC/24" dev wan0
+}
+storm_snapshot() {  # storm_snapshot PREFIX: what tests/netns/storm_account.py reads
+  "$ESPGWCTL" --socket "$WORK/espgw-b.ctl" --json stats >"$1.stats"
+  "$ESPGWCTL" --socket "$WORK/espgw-b.ctl" --json sas >"$1.sas"
+  in_ns "$GWB" cat /proc/net/snmp >"$1.snmp"
+  ip -n "$GWB" -j -s link show dev wan0 >"$1.link"
+}
+vm_rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# storm_round NAME COUNT RATE: COUNT datagrams at RATE per second (0: unpaced) while lanA
+# pings lanB 100 times a second; writes $WORK/NAME.storm (what was sent), NAME.ping and
+# NAME.account (storm_account.py's JSON).
+storm_round() {
+  local name=$1 count=$2 rate=$3 ping_pid transmitted genuine
+  storm_snapshot "$WORK/$name.before"
+  # Not through in_ns: `$!` must be ping itself (ip netns exec execs it) for SIGINT, which
+  # makes it print its summary and stop, to reach it. -w: a backstop.
+  ip netns exec "$LANA" ping -q -i 0.01 -W 1 -w 600 10.2.0.2 >"$WORK/$name.ping" 2>&1 &
+  ping_pid=$!
+  sleep 0.3
+  # Forged packets numbered just ahead of the genuine ones: those reach the ICV check.
+  genuine=$(/usr/bin/python3 -c 'import json, sys
+print(sum(int(s["packets"]) for s in json.load(open(sys.argv[1]))["sas"].values() if s["direction"] == "in"))' "$WORK/$name.before.sas")
+  in_ns "$GWA" /usr/bin/python3 "$HERE/storm.py" --dst 192.0.2.2 --src "$STORM_SRC" \
+    --count "$count" --rate "$rate" --forged-from "$((genuine + 1))" --oversize-max 65000 \
+    --json "$WORK/$name.storm" >/dev/null
+  sleep 0.3
+  kill -INT "$ping_pid" 2>/dev/null || true
+  wait "$ping_pid" 2>/dev/null || true
+  sleep 1  # espgw finishes what it read, the reorder timer its gaps
+  storm_snapshot "$WORK/$name.after"
+  transmitted=$(sed -n 's/^\([0-9]*\) packets transmitted.*/\1/p' "$WORK/$name.ping")
+  /usr/bin/python3 "$HERE/storm_account.py" "$WORK/$name.before" "$WORK/$name.after" \
+    "$WORK/$name.storm" "${transmitted:-0}" >"$WORK/$name.account"
+}
+# ping_loss NAME: "RECEIVED TRANSMITTED" of storm_round NAME's pings.
+ping_loss() {
+  sed -n 's/^\([0-9]*\) packets transmitted, \([0-9]*\) received.*/\2 \1/p' "$WORK/$1.ping"
+}

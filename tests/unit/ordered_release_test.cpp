@@ -113,6 +113,29 @@ TEST(OrderedRelease, TombstonesAloneBehindAGapNeedNoTimerAndAPacketStartsTheHold
   EXPECT_EQ(release.stats().skipped, 0u);
 }
 
+// Packets in crypto make a gap wait kBusyHoldFactor times its hold (the missing packet
+// may be among them), but not once packets of the channel failed authentication: a flood
+// of forged packets on an SA's SPI keeps its workers busy for as long as it lasts, and
+// must not stretch every gap of the genuine traffic eightfold.
+TEST(OrderedRelease, ForgedPacketsInCryptoDoNotStretchTheHold) {
+  constexpr uint64_t kShortHoldNs = 20'000'000;  // busy: 160 ms
+  const auto gap_given_up_after_twice_the_hold = [](bool forged) {
+    PacketPool pool(64, 64);
+    IndexSink sink;
+    std::atomic<uint64_t> in_crypto{8};  // the workers hold this channel's packets
+    OrderedRelease release(16, kShortHoldNs, 0, &in_crypto);
+    // Two packets came back from crypto: one genuine (index 1; 0 is missing) and, when
+    // `forged`, one that failed its ICV check (no index: its number proves nothing).
+    std::vector<OrderedRelease::Staged> batch = {{1, tagged(pool, 1)}};
+    release.stage_and_drain(batch, 2, sink, pool, forged ? 1 : 0);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(2 * kShortHoldNs));
+    release.drain(sink, pool);
+    return sink.indexes() == std::vector<uint64_t>{1};
+  };
+  EXPECT_FALSE(gap_given_up_after_twice_the_hold(false));  // the busy hold
+  EXPECT_TRUE(gap_given_up_after_twice_the_hold(true));
+}
+
 TEST(OrderedRelease, ABatchStagedWhileThisThreadDeliversLeavesAfterWhatIsBeingDelivered) {
   PacketPool pool(64, 64);
   IndexSink sink;

@@ -404,6 +404,57 @@ TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
                .hold = std::chrono::microseconds(2000)});
 }
 
+// One SA's packets in crypto are bounded inbound as outbound (max_in_flight_per_sa): a
+// flood of forged packets on one SPI, which only the ICV check can tell from genuine ones,
+// is dropped as queue-full once the SA has its bound in the workers, and another SA's
+// packets still get in (they would have found the pool empty).
+TEST(PipelineConcurrent, InboundPacketsInCryptoAreBoundedPerSa) {
+  std::atomic<bool> open{false};
+  PipelineConfig config;
+  config.workers = 1;
+  config.max_in_flight_per_sa = 16;
+  config.submitter_assist_threshold = 0;  // this thread must not run into the gate itself
+  config.before_crypto = [&](unsigned) {
+    while (!open.load()) std::this_thread::yield();
+  };
+  RecordingSink sink_a(true), sink_b(true);
+  Pipeline pipeline(config);
+  auto sa_a = std::make_shared<esp::InboundSa>(
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0xa),
+      crypto::ipsec_mb_backend());
+  auto sa_b = std::make_shared<esp::InboundSa>(
+      test::make_sa_config(AeadAlgorithm::aes_gcm_128, false, false, false, 0xb),
+      crypto::ipsec_mb_backend());
+  const auto channel_a = pipeline.add_inbound(sa_a, sink_a);
+  ASSERT_TRUE(channel_a);
+  ASSERT_TRUE(pipeline.add_inbound(sa_b, sink_b));
+  auto forged = [&](uint32_t spi, uint32_t sequence) {
+    std::vector<uint8_t> bytes(8 + 8 + 64 + 16, 0x5a);  // SPI, sequence, IV, data, ICV
+    store_be32(bytes.data(), spi);
+    store_be32(bytes.data() + 4, sequence);
+    Packet* p = acquire_blocking(pipeline);
+    EXPECT_TRUE(p->buffer.assign(bytes));
+    return pipeline.submit_inbound(p);
+  };
+  size_t accepted = 0, full = 0;
+  for (uint32_t i = 1; i <= 100; ++i) {
+    const auto reason = forged(0xa, 1000 + i);  // future numbers: the pre-check passes them
+    accepted += reason == esp::DropReason::none;
+    full += reason == esp::DropReason::queue_full;
+  }
+  EXPECT_EQ(accepted, 16u);
+  EXPECT_EQ(full, 84u);
+  EXPECT_EQ(sa_a->counters().drop_counters().drops(esp::DropReason::queue_full), 84u);
+  EXPECT_EQ(forged(0xb, 1), esp::DropReason::none);  // the other SA is not affected
+  open.store(true);
+  pipeline.wait_idle();
+  EXPECT_EQ(sa_a->counters().drop_counters().drops(esp::DropReason::icv_failure), 16u);
+  // Their numbers took no place in the reorder buffer and skipped nothing.
+  EXPECT_EQ(channel_a->release().held(), 0u);
+  EXPECT_EQ(channel_a->release().stats().skipped, 0u);
+  EXPECT_EQ(channel_a->release().stats().released, 0u);
+}
+
 // A worker that finds another delivering an SA's packets leaves its own packet to it.
 // If that packet waits behind a gap, the worker must still report it, so that the gap
 // timer comes back for it; otherwise it waits for the SA's next packet, which may never

@@ -385,6 +385,47 @@ TEST_F(ViciServerConcurrent, SlowSubscriberIsDroppedOthersKeepGoing) {
   EXPECT_TRUE(slow.closed_by_peer(10s));
 }
 
+// What carries charon's IKE and its SA expiries (daemon/control_service.cpp): a flood of
+// bulk events behind a client that reads slowly is shed at kMaxQueuedBulk instead of
+// overflowing the connection (which closed it, losing whatever else was queued), and an
+// urgent event overtakes the bulk ones still queued.
+TEST_F(ViciServerConcurrent, BulkEventsAreShedAndUrgentOnesGoFirst) {
+  RawSocket slow(socket_path());
+  for (const char* event : {"ike-updown", "list-item"}) {
+    slow.write_all(encode_packet({PacketType::event_register, event, {}}));
+    ASSERT_EQ(slow.read_packets(1).at(0).type, PacketType::event_confirm);
+  }
+  Message bulk;
+  bulk.set("blob", std::string_view(std::string(60000, 'b')));
+  // 12 MiB of bulk events, more than kMaxQueuedOutput: the old behaviour dropped the client.
+  size_t queued = 0, shed_total = 0;
+  for (int i = 0; i < 200; ++i) {
+    size_t shed = 0;
+    queued += server->publish("ike-updown", bulk, Server::Priority::bulk, &shed);
+    shed_total += shed;
+  }
+  EXPECT_EQ(queued + shed_total, 200u);
+  EXPECT_GT(shed_total, 100u);
+  EXPECT_EQ(server->stats().bulk_events_shed, shed_total);
+  EXPECT_EQ(server->stats().slow_clients_dropped, 0u);
+  Message urgent;
+  urgent.set("spi", uint64_t{0xc0000001});
+  ASSERT_EQ(server->publish("list-item", urgent, Server::Priority::urgent), 1u);
+  const auto packets = slow.read_packets(queued + 1, 30s);
+  ASSERT_EQ(packets.size(), queued + 1);
+  size_t urgent_at = packets.size();
+  for (size_t i = 0; i < packets.size(); ++i)
+    if (packets[i].name == "list-item") urgent_at = i;
+  // Bulk events the server thread had taken to write were written first; it then came
+  // before the rest (with 1 MiB of them queued and a socket buffer of a few hundred KiB,
+  // at least a few).
+  EXPECT_LT(urgent_at + 2, packets.size())
+      << "urgent event at " << urgent_at << " of " << packets.size();
+  // Once the backlog is gone, bulk events are queued again.
+  EXPECT_EQ(server->publish("ike-updown", bulk, Server::Priority::bulk), 1u);
+  EXPECT_EQ(slow.read_packets(1).size(), 1u);
+}
+
 TEST_F(ViciServerConcurrent, DisconnectsAreReportedWithTheirIds) {
   Server::ConnectionId id = 0;
   {
