@@ -1,6 +1,8 @@
 // The VICI message tree and its element encoding (see vici_message.h).
 #include "vici_bridge/vici_message.h"
 
+#include <string.h>
+
 #include <algorithm>
 #include <charconv>
 #include <stdexcept>
@@ -191,10 +193,33 @@ class MessageDecoder {
   size_t pos_ = 0;
 };
 
+namespace {
+// Values may be secrets: espgw's add-sa carries SA keys, charon's load-shared PSKs. A
+// message wipes them when it lets go of them, so that they never linger in freed memory
+// (control traffic is small; the cost does not show). Child sections wipe their own.
+void wipe(std::string& text) {
+  explicit_bzero(text.data(), text.size());
+}
+void wipe(std::vector<Section::Entry>& entries) {
+  for (auto& entry : entries) {
+    wipe(entry.value);
+    for (auto& item : entry.items) wipe(item);
+  }
+}
+}  // namespace
+
 Section::Section() = default;
 Section::Section(Section&&) noexcept = default;
-Section& Section::operator=(Section&&) noexcept = default;
-Section::~Section() = default;
+Section& Section::operator=(Section&& other) noexcept {
+  if (this != &other) {
+    wipe(entries_);
+    entries_ = std::move(other.entries_);
+  }
+  return *this;
+}
+Section::~Section() {
+  wipe(entries_);
+}
 
 Section::Section(const Section& other) {
   entries_.reserve(other.entries_.size());
@@ -227,6 +252,7 @@ const Section::Entry* Section::find(std::string_view name, Kind kind) const {
 
 Section& Section::set(std::string_view key, std::string_view value) {
   if (Entry* existing = find(key, Kind::value)) {
+    wipe(existing->value);  // assign() may move to a larger buffer and free this one
     existing->value.assign(value);
   } else {
     entries_.push_back(Entry{.kind = Kind::value,
@@ -248,6 +274,7 @@ Section& Section::set_bool(std::string_view key, bool value) {
 
 Section& Section::set_list(std::string_view key, std::vector<std::string> items) {
   if (Entry* existing = find(key, Kind::list)) {
+    for (auto& item : existing->items) wipe(item);
     existing->items = std::move(items);
   } else {
     entries_.push_back(Entry{.kind = Kind::list,

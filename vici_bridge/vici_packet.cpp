@@ -1,7 +1,11 @@
 // VICI packet encoding and stream framing (see vici_packet.h).
 #include "vici_bridge/vici_packet.h"
 
+#include <string.h>
+
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace espgw::vici {
 
@@ -100,11 +104,44 @@ PacketResult decode_packet(std::span<const uint8_t> frame) {
   return {std::move(packet), {}};
 }
 
+// The buffer holds requests as they came, SA keys included (espgw's add-sa): bytes are
+// wiped as soon as they are decoded or moved, and a smaller buffer is wiped before it
+// is given up for a larger one.
+namespace {
+void wipe(uint8_t* bytes, size_t length) {
+  if (length != 0) explicit_bzero(bytes, length);
+}
+}  // namespace
+
+FrameReader::~FrameReader() {
+  wipe(buffer_.data(), buffer_.size());
+}
+
+FrameReader& FrameReader::operator=(FrameReader&& other) noexcept {
+  if (this != &other) {
+    wipe(buffer_.data(), buffer_.size());
+    buffer_ = std::move(other.buffer_);
+    head_ = std::exchange(other.head_, 0);
+    error_ = std::move(other.error_);
+  }
+  return *this;
+}
+
 void FrameReader::feed(std::span<const uint8_t> bytes) {
   if (failed()) return;
   if (head_ > 0 && head_ >= buffer_.size() / 2) {
+    const size_t old_size = buffer_.size();
     buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<ptrdiff_t>(head_));
     head_ = 0;
+    // erase() left copies of the moved tail beyond the new end, in the same allocation.
+    wipe(buffer_.data() + buffer_.size(), old_size - buffer_.size());
+  }
+  if (buffer_.size() + bytes.size() > buffer_.capacity()) {
+    std::vector<uint8_t> larger;
+    larger.reserve(std::max(buffer_.capacity() * 2, buffer_.size() + bytes.size()));
+    larger.assign(buffer_.begin(), buffer_.end());
+    wipe(buffer_.data(), buffer_.size());
+    buffer_.swap(larger);
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
 }
@@ -125,6 +162,7 @@ std::optional<Packet> FrameReader::next() {
     error_ = std::move(result.error);
     return std::nullopt;
   }
+  wipe(buffer_.data() + head_, kLengthPrefix + length);  // decoded: the message has it now
   head_ += kLengthPrefix + length;
   if (head_ == buffer_.size()) {
     buffer_.clear();

@@ -57,6 +57,12 @@ PacketResult decode_packet(std::span<const uint8_t> frame);
 // A stream error is final, since framing cannot be recovered after it.
 class FrameReader {
  public:
+  FrameReader() = default;
+  FrameReader(const FrameReader&) = delete;
+  FrameReader& operator=(const FrameReader&) = delete;
+  FrameReader(FrameReader&&) = default;
+  FrameReader& operator=(FrameReader&& other) noexcept;
+  ~FrameReader();  // wipes what it still holds
   void feed(std::span<const uint8_t> bytes);
   // The next complete packet, or nullopt if more bytes are needed or the stream is broken
   // (then failed() is true and error() says why; the connection must be closed). An

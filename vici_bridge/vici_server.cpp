@@ -336,6 +336,7 @@ void Server::State::read(Connection& connection) {
   const ssize_t n = recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
   if (n > 0) {
     connection.reader.feed(std::span(buffer, static_cast<size_t>(n)));
+    explicit_bzero(buffer, static_cast<size_t>(n));  // may be part of an add-sa, keys and all
   } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
     connection.closing = true;
   }

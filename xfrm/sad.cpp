@@ -24,6 +24,11 @@ bool same_selectors(const std::vector<esp::TrafficSelector>& a,
       return x.length == y.length && x.address == y.address;
     };
     if (!same(a[i].local, b[i].local) || !same(a[i].remote, b[i].remote)) return false;
+    if (a[i].protocol != b[i].protocol || a[i].remote_port_first != b[i].remote_port_first ||
+        a[i].remote_port_last != b[i].remote_port_last ||
+        a[i].local_port_first != b[i].local_port_first ||
+        a[i].local_port_last != b[i].local_port_last)
+      return false;
   }
   return true;
 }
@@ -31,11 +36,14 @@ bool same_selectors(const std::vector<esp::TrafficSelector>& a,
 }  // namespace
 
 bool operator==(const SadEntry& a, const SadEntry& b) {
+  return a.config.key_material == b.config.key_material && same_except_key(a, b);
+}
+
+bool same_except_key(const SadEntry& a, const SadEntry& b) {
   const esp::SaConfig& x = a.config;
   const esp::SaConfig& y = b.config;
-  return x.spi == y.spi && x.algorithm == y.algorithm && x.key_material == y.key_material &&
-         x.esn == y.esn && x.tunnel_source == y.tunnel_source &&
-         x.tunnel_destination == y.tunnel_destination &&
+  return x.spi == y.spi && x.algorithm == y.algorithm && x.esn == y.esn &&
+         x.tunnel_source == y.tunnel_source && x.tunnel_destination == y.tunnel_destination &&
          same_encapsulation(x.udp_encapsulation, y.udp_encapsulation) &&
          x.replay_window == y.replay_window && same_selectors(x.selectors, y.selectors) &&
          a.direction == b.direction && a.reqid == b.reqid && a.lifetimes == b.lifetimes &&

@@ -43,6 +43,9 @@ inline SaId sa_id_of(const SadEntry& entry) {
 // Field by field, key material included (the config types have no comparison of their
 // own). For tests and change detection, not for anything secret-dependent.
 bool operator==(const SadEntry& a, const SadEntry& b);
+// Every field but the key material: for a copy whose key has been wiped, compared with
+// key fingerprints (xfrm/key_fingerprint.h) for the rest.
+bool same_except_key(const SadEntry& a, const SadEntry& b);
 
 class Sad {
  public:

@@ -15,8 +15,14 @@
 #include <map>
 #include <set>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "crypto/aead.h"
 #include "util/hex.h"
+#include "util/secure_wipe.h"
+#include "xfrm/key_fingerprint.h"
 #include "xfrm/static_file_keywords.h"
 
 namespace espgw::xfrm {
@@ -208,8 +214,17 @@ void check_soft_below_hard(const Lifetimes& l) {
   check(l.soft_seconds, l.hard_seconds, "seconds");
 }
 
+// Wipes a key that a line error leaves behind; disarmed when the SA is returned.
+struct KeyGuard {
+  std::vector<uint8_t>* key = nullptr;
+  ~KeyGuard() {
+    if (key) wipe(*key);
+  }
+};
+
 SadEntry parse_sa(Words& words) {
   SadEntry sa;
+  KeyGuard key_guard;
   if (words.done()) fail("sa: missing direction (in or out)");
   const auto direction_word = words.next();
   auto direction = parse_direction(direction_word);
@@ -232,6 +247,8 @@ SadEntry parse_sa(Words& words) {
       if (!bytes) fail("key: not a hex string (the value is not shown)");
       sa.config.key_material = std::move(*bytes);
       have_key = true;
+      // A later problem on the line throws past this SA: wipe its key on the way out.
+      key_guard.key = &sa.config.key_material;
     } else if (word == "src") {
       words.once(word);
       sa.config.tunnel_source = address_value(word, words.value_for(word));
@@ -282,6 +299,7 @@ SadEntry parse_sa(Words& words) {
   if (have_replay_window && sa.direction != Direction::in)
     fail("replay-window: only an 'sa in' has a replay window");
   check_soft_below_hard(sa.lifetimes);
+  key_guard.key = nullptr;
   return sa;
 }
 
@@ -418,6 +436,41 @@ void check_file(Parsed& p) {
     groups.emplace(sa.direction, sa.reqid);
   }
 
+  // Two SAs under one key would reuse nonces: the sequence number is the IV (RFC 4106
+  // 3.1), and both start at 1, whatever their SPI or direction. Compared by fingerprint,
+  // so that no second copy of a key is kept.
+  // One message per line: a line already refused above is not refused again.
+  std::set<size_t> refused;
+  for (const auto& error : p.errors) refused.insert(error.first);
+  std::map<KeyFingerprint, size_t> line_by_key;
+  for (size_t i = 0; i < p.config.sas.size(); ++i) {
+    const size_t line = p.sa_lines[i];
+    if (refused.contains(line)) continue;
+    auto [it, added] =
+        line_by_key.emplace(key_fingerprint(p.config.sas[i].config.key_material), line);
+    if (!added) {
+      p.errors.emplace_back(line, "sa: same key as the SA on line " + std::to_string(it->second) +
+                                      " (every SA needs its own key: two SAs under one key "
+                                      "would reuse nonces)");
+      refused.insert(line);
+    }
+  }
+
+  // An inbound SA checks decrypted packets against the selectors of its reqid's protect
+  // policies (RFC 4301 5.2); without any it would accept every inner packet.
+  std::set<uint32_t> protected_reqids;
+  for (const Policy& policy : p.config.policies)
+    if (policy.action == PolicyAction::protect) protected_reqids.insert(policy.reqid);
+  for (size_t i = 0; i < p.config.sas.size(); ++i) {
+    const SadEntry& sa = p.config.sas[i];
+    if (sa.direction == Direction::in && !protected_reqids.contains(sa.reqid) &&
+        !refused.contains(p.sa_lines[i]))
+      p.errors.emplace_back(p.sa_lines[i],
+                            "sa: no protect policy has reqid " + std::to_string(sa.reqid) +
+                                ": an 'sa in' takes its traffic selectors from its reqid's "
+                                "policies, and one without selectors would accept any packet");
+  }
+
   std::vector<std::pair<Direction, Selector>> seen;
   for (size_t i = 0; i < p.config.policies.size(); ++i) {
     const Policy& policy = p.config.policies[i];
@@ -466,6 +519,8 @@ StaticFileResult parse_static_file(std::string_view text, std::string_view file_
     result.config = std::move(parsed.config);
     return result;
   }
+  // Refused: the keys parsed so far go.
+  for (auto& sa : parsed.config.sas) wipe(sa.config.key_material);
   std::stable_sort(parsed.errors.begin(), parsed.errors.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [line, message] : parsed.errors)
@@ -473,20 +528,62 @@ StaticFileResult parse_static_file(std::string_view text, std::string_view file_
   return result;
 }
 
+std::optional<std::string> static_file_access_problem(uint32_t mode, uint32_t owner,
+                                                      uint32_t running_uid) {
+  // As ssh refuses a private key others can read: the file holds every SA's key.
+  if ((mode & 077) != 0) {
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", mode & 07777);
+    return std::string("mode ") + octal +
+           " lets group or others read or write it; it holds keys (chmod 600 it)";
+  }
+  if (owner != 0 && owner != running_uid)
+    return "owned by uid " + std::to_string(owner) +
+           ", neither root nor the user espgw runs as; it holds keys (chown it)";
+  return std::nullopt;
+}
+
 StaticFileResult load_static_file(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) return {std::nullopt, {path + ": cannot open: " + std::strerror(errno)}};
-  std::string text;
-  char buffer[65536];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed) return {std::nullopt, {path + ": read error"}};
-  auto result = parse_static_file(text, path);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {std::nullopt, {path + ": cannot open: " + std::strerror(errno)}};
+  struct stat status {};
+  if (fstat(fd, &status) != 0) {
+    const int error = errno;
+    close(fd);
+    return {std::nullopt, {path + ": cannot stat: " + std::strerror(error)}};
+  }
+  // Checked on the file opened (a symlink's target), not on the name.
+  if (!S_ISREG(status.st_mode)) {
+    close(fd);
+    return {std::nullopt, {path + ": not a regular file"}};
+  }
+  if (auto problem = static_file_access_problem(status.st_mode, status.st_uid, geteuid())) {
+    close(fd);
+    return {std::nullopt, {path + ": refused: " + *problem}};
+  }
+  // Read into one buffer of the file's size: a growing buffer would leave copies of the
+  // keys behind in the blocks it outgrew. One byte more tells a file that grew meanwhile.
+  const size_t size = static_cast<size_t>(status.st_size);
+  std::string text(size + 1, '\0');
+  size_t have = 0;
+  bool failed = false;
+  while (have < text.size()) {
+    const ssize_t n = read(fd, text.data() + have, text.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failed = true;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
+  close(fd);
+  StaticFileResult result;
+  if (failed)
+    result = {std::nullopt, {path + ": read error"}};
+  else if (have > size)
+    result = {std::nullopt, {path + ": changed while being read"}};
+  else
+    result = parse_static_file(std::string_view(text).substr(0, have), path);
   // The text held keys; don't leave them behind in freed memory.
   OPENSSL_cleanse(text.data(), text.size());
-  OPENSSL_cleanse(buffer, sizeof buffer);
   return result;
 }
 

@@ -29,8 +29,14 @@ struct StaticFileResult {
 
 // `file_name` is only used to prefix error messages.
 StaticFileResult parse_static_file(std::string_view text, std::string_view file_name);
-// Reads and parses `path`; a file that can't be read is one error, "PATH: ...".
+// Reads and parses `path`; a file that can't be read is one error, "PATH: ...". A file
+// that group or others may read or write, or that belongs to neither root nor the
+// running user, is refused unread (static_file_access_problem), as ssh refuses such a
+// private key.
 StaticFileResult load_static_file(const std::string& path);
+// Why a file of this mode and owner may not hold keys, or nullopt if it may.
+std::optional<std::string> static_file_access_problem(uint32_t mode, uint32_t owner,
+                                                      uint32_t running_uid);
 
 // Writes `config` back in the file's grammar, keys included. It exists for round-trip
 // tests (parse(to_text(x)) == x) and the fuzzer; nothing else may use it, since the

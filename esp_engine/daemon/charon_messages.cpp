@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "crypto/aead.h"
+#include "util/secure_wipe.h"
 
 namespace espgw::daemon {
 
@@ -61,14 +62,44 @@ class Reader {
     if (!parsed) fail(std::string("'") + key + "' has a bad subnet '" + value + "'");
     return parsed.value_or(esp::IpPrefix{});
   }
-  std::vector<esp::IpPrefix> prefixes(const char* key) {
-    std::vector<esp::IpPrefix> out;
+  // A traffic selector of add-sa's src-ts/dst-ts lists: "PREFIX" (any protocol and
+  // port), or "PREFIX[PROTO/FROM-TO]" with numbers, as the plugin writes a selector that
+  // names a protocol or ports (ICMP type and code are in the port, as charon keeps them).
+  struct TsItem {
+    esp::IpPrefix prefix;
+    uint8_t protocol = 0;
+    uint16_t first = 0, last = 65535;
+  };
+  std::vector<TsItem> traffic_selectors(const char* key) {
+    std::vector<TsItem> out;
     const auto* items = message_.list(key);
     if (!items || items->empty()) {
       fail(std::string("missing list '") + key + "'");
       return out;
     }
-    for (const auto& item : *items) out.push_back(prefix(key, item));
+    for (const auto& item : *items) {
+      TsItem ts;
+      const auto bracket = item.find('[');
+      ts.prefix = prefix(key, item.substr(0, bracket));
+      if (bracket != std::string::npos) {
+        unsigned protocol = 0, first = 0, last = 0;
+        char end = 0;
+        const std::string rest = item.substr(bracket);
+        if (std::sscanf(rest.c_str(), "[%3u/%5u-%5u%c", &protocol, &first, &last, &end) != 4 ||
+            end != ']' || rest.size() != rest.find(']') + 1 || protocol > 255 || first > 65535 ||
+            last > 65535) {
+          fail(std::string("'") + key + "' has a bad selector '" + item + "'");
+        } else if (first > last) {
+          // charon's OPAQUE ports (RFC 4301 4.4.1.1): only packets without ports.
+          fail(std::string("'") + key + "': opaque port ranges are not supported");
+        } else {
+          ts.protocol = static_cast<uint8_t>(protocol);
+          ts.first = static_cast<uint16_t>(first);
+          ts.last = static_cast<uint16_t>(last);
+        }
+      }
+      out.push_back(ts);
+    }
     return out;
   }
 
@@ -141,15 +172,30 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
   entry.lifetimes.hard_seconds = reader.optional_number("hard-seconds");
 
   if (inbound) {
-    // RFC 4301 5.2: a decrypted packet must come from src-ts and go to dst-ts.
-    const auto sources = reader.prefixes("src-ts");
-    const auto destinations = reader.prefixes("dst-ts");
+    // RFC 4301 5.2: a decrypted packet must come from src-ts and go to dst-ts, with their
+    // protocol and ports.
+    const auto sources = reader.traffic_selectors("src-ts");
+    const auto destinations = reader.traffic_selectors("dst-ts");
     for (const auto& source : sources)
-      for (const auto& destination : destinations)
-        if (source.address.family == destination.address.family)
-          config.selectors.push_back({source, destination});
+      for (const auto& destination : destinations) {
+        if (source.prefix.address.family != destination.prefix.address.family) continue;
+        // A pair naming two different protocols matches no packet.
+        if (source.protocol != 0 && destination.protocol != 0 &&
+            source.protocol != destination.protocol)
+          continue;
+        config.selectors.push_back({source.prefix, destination.prefix,
+                                    source.protocol != 0 ? source.protocol : destination.protocol,
+                                    source.first, source.last, destination.first,
+                                    destination.last});
+      }
+    // Without selectors the SA would accept any inner packet: refused, never installed.
+    if (reader.ok() && config.selectors.empty())
+      reader.fail("no pair of src-ts and dst-ts selectors of one address family and protocol");
   }
-  if (!reader.ok()) return reader.error();
+  if (!reader.ok()) {
+    wipe(config.key_material);  // refused: the copy of the key goes with it
+    return reader.error();
+  }
   return entry;
 }
 

@@ -191,6 +191,8 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
         bad("an MTU from 576 to 65000");
     } else if (key == "jumbo-segments") {
       if (!parse_bool(value, config.jumbo_segments)) bad("yes or no");
+    } else if (key == "allow-core-dumps") {
+      if (!parse_bool(value, config.allow_core_dumps)) bad("yes or no");
     } else if (key == "lan-mtu") {
       unsigned mtu = 0;
       if (value == "auto")

@@ -101,6 +101,10 @@ struct GatewayConfig {
   // segments) leave as GSO frames whose segments fit. Unset: the smallest route MTU
   // towards the inbound SAs' local traffic selectors, 1500 when there is none.
   std::optional<unsigned> lan_mtu;
+  // A core dump of espgw holds every SA's expanded key. Unless this is set, espgw makes
+  // itself non-dumpable (PR_SET_DUMPABLE 0, which also keeps other users' ptrace and
+  // /proc/PID/mem out) and sets its core size limit to 0 at start (docs/security.md).
+  bool allow_core_dumps = false;
   LogLevel log_level = LogLevel::info;
   std::chrono::seconds stats_interval{0};  // 0: no periodic counter log
 };

@@ -10,6 +10,7 @@
 
 #include "daemon/charon_messages.h"
 #include "daemon/log.h"
+#include "util/secure_wipe.h"
 
 namespace espgw::daemon {
 
@@ -167,6 +168,12 @@ vici::Message ControlService::add_sa(const Message& request) {
     return failure(*error);
   }
   auto& entry = std::get<xfrm::SadEntry>(parsed);
+  // The SA takes its own copy of the key (or is refused); this one goes when the request
+  // is answered, whichever way.
+  struct KeyWipe {
+    std::vector<uint8_t>& key;
+    ~KeyWipe() { wipe(key); }
+  } key_wipe{entry.config.key_material};
   auto& window = entry.config.replay_window;
   if (window != 0) window = std::max(window, gateway_.config().min_replay_window);
   std::lock_guard lock(mutex_);

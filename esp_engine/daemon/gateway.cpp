@@ -22,8 +22,10 @@
 #include "io/receive_steering.h"
 #include "util/byte_order.h"
 #include "util/clock.h"
+#include "util/secure_wipe.h"
 #include "util/thread_name.h"
 #include "xfrm/flow_key.h"
+#include "xfrm/key_fingerprint.h"
 #include "xfrm/lifetime.h"
 
 namespace espgw::daemon {
@@ -94,20 +96,41 @@ uint64_t random_seed() {
   return seed;
 }
 
+// Whether an installed SA is `entry` again: same fields, and a key of the same
+// fingerprint (the installed copy no longer has the key itself).
+template <typename Installed>
+bool unchanged(const Installed& installed, const xfrm::SadEntry& entry) {
+  return xfrm::same_except_key(installed.entry, entry) &&
+         xfrm::same_fingerprint(installed.key_fingerprint,
+                                xfrm::key_fingerprint(entry.config.key_material));
+}
+
+// A policy's selector as an inbound SA checks it: the inner source is the remote side.
+esp::TrafficSelector inbound_selector(const xfrm::Selector& s) {
+  return {s.remote,
+          s.local,
+          s.protocol,
+          s.remote_ports.first,
+          s.remote_ports.last,
+          s.local_ports.first,
+          s.local_ports.last};
+}
+
 // Inbound SAs accept inner packets within the selectors of the in/fwd protect policies of
-// their reqid (RFC 4301 5.2); without such policies, the reversed out policies.
+// their reqid (RFC 4301 5.2); without such policies, the reversed out policies. None at
+// all leaves the SA without selectors, which install_sa_locked refuses.
 std::vector<esp::TrafficSelector> inbound_selectors(const xfrm::StaticConfig& config,
                                                     uint32_t reqid) {
   std::vector<esp::TrafficSelector> selectors;
   for (const auto& policy : config.policies)
     if (policy.action == xfrm::PolicyAction::protect && policy.reqid == reqid &&
         policy.direction != xfrm::Direction::out)
-      selectors.push_back({policy.selector.remote, policy.selector.local});
+      selectors.push_back(inbound_selector(policy.selector));
   if (selectors.empty())
     for (const auto& policy : config.policies)
       if (policy.action == xfrm::PolicyAction::protect && policy.reqid == reqid &&
           policy.direction == xfrm::Direction::out)
-        selectors.push_back({policy.selector.remote, policy.selector.local});
+        selectors.push_back(inbound_selector(policy.selector));
   return selectors;
 }
 
@@ -445,11 +468,18 @@ void Gateway::drop_group_if_empty_locked(uint32_t reqid) {
 }
 
 bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
+  // RFC 4301 5.2: an inbound SA checks decrypted packets against its selectors; one
+  // without any would accept every inner packet. The static parser and the add-sa parser
+  // refuse such SAs already; this keeps any other way in closed.
+  if (entry.direction == xfrm::Direction::in && entry.config.selectors.empty()) {
+    log(LogLevel::error, "SA in spi 0x%08x refused: it has no traffic selectors", entry.config.spi);
+    return false;
+  }
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   const auto& backend = *crypto::find_backend(config_.crypto_backend);
   if (entry.direction == xfrm::Direction::out) {
     if (auto existing = outbound_.find(key); existing != outbound_.end()) {
-      if (existing->second->entry == entry) {
+      if (unchanged(*existing->second, entry)) {
         existing->second->from_charon = from_charon;
         return true;
       }
@@ -457,6 +487,9 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     }
     auto fresh = std::make_unique<OutboundEntry>();
     fresh->entry = entry;
+    // The SA expands its own copy of the key; the gateway's record keeps a fingerprint.
+    fresh->key_fingerprint = xfrm::key_fingerprint(entry.config.key_material);
+    wipe(fresh->entry.config.key_material);
     fresh->from_charon = from_charon;
     fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, backend);
     fresh->sink = std::make_shared<WanSink>(transmitter_for(entry.config), entry.config);
@@ -476,7 +509,7 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     return true;
   }
   if (auto existing = inbound_.find(key); existing != inbound_.end()) {
-    if (existing->second->entry == entry) {
+    if (unchanged(*existing->second, entry)) {
       existing->second->from_charon = from_charon;
       return true;
     }
@@ -484,6 +517,8 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   }
   auto fresh = std::make_unique<InboundEntry>();
   fresh->entry = entry;
+  fresh->key_fingerprint = xfrm::key_fingerprint(entry.config.key_material);
+  wipe(fresh->entry.config.key_material);
   fresh->from_charon = from_charon;
   socket_for(entry.config);  // make sure the socket it arrives on exists
   fresh->sa = std::make_shared<esp::InboundSa>(entry.config, backend);
@@ -667,13 +702,24 @@ void Gateway::apply_static_locked(xfrm::StaticConfig next) {
 
   // SAs: what left the file goes, what is new or changed is installed; an unchanged SA
   // is left alone and keeps its sequence numbers, replay window and counters.
-  for (const auto& old : static_config_.sas)
-    if (std::none_of(next.sas.begin(), next.sas.end(),
-                     [&](const auto& entry) { return entry == old; }))
-      remove_sa_locked(xfrm::sa_id_of(old));
+  // The SAs kept from the last load have no keys: keys are compared by fingerprint.
+  std::vector<xfrm::KeyFingerprint> next_fingerprints;
+  for (const auto& entry : next.sas)
+    next_fingerprints.push_back(xfrm::key_fingerprint(entry.config.key_material));
+  for (size_t i = 0; i < static_config_.sas.size(); ++i) {
+    const xfrm::SadEntry& old = static_config_.sas[i];
+    bool stays = false;
+    for (size_t j = 0; j < next.sas.size() && !stays; ++j)
+      stays = xfrm::same_except_key(next.sas[j], old) &&
+              xfrm::same_fingerprint(next_fingerprints[j], static_key_fingerprints_[i]);
+    if (!stays) remove_sa_locked(xfrm::sa_id_of(old));
+  }
   for (const auto& entry : next.sas) install_sa_locked(entry, false);
 
+  // The installed SAs hold the keys now; the copy kept for the next reload goes without.
+  for (auto& entry : next.sas) wipe(entry.config.key_material);
   static_config_ = std::move(next);
+  static_key_fingerprints_ = std::move(next_fingerprints);
   update_tunnel_mtu_locked();
 }
 

@@ -27,6 +27,7 @@
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "xfrm/key_fingerprint.h"
 #include "xfrm/netlink.h"
 #include "xfrm/spd.h"
 #include "xfrm/static_file.h"
@@ -229,7 +230,10 @@ class Gateway {
   // Serialises changes (reload, charon's updates, lifetimes) and status readers. The data
   // path never takes it: it reads the `forwarding_` snapshot.
   mutable std::mutex control_mutex_;
-  xfrm::StaticConfig static_config_;  // from static-sa-file, inbound selectors filled in
+  // From static-sa-file, inbound selectors filled in; its keys are wiped once installed,
+  // and their fingerprints (one per SA, in order) say on a reload which SAs are unchanged.
+  xfrm::StaticConfig static_config_;
+  std::vector<xfrm::KeyFingerprint> static_key_fingerprints_;
   ExpireHandler expire_handler_;
   IkeHandler ike_handler_;
   IkeRateLimiter ike_limiter_;                 // what deliver_ike lets through to ike_handler_

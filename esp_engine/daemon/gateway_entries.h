@@ -9,6 +9,7 @@
 #include "daemon/gateway.h"
 #include "esp/security_association.h"
 #include "pipeline/channels.h"
+#include "xfrm/key_fingerprint.h"
 #include "xfrm/lifetime.h"
 #include "xfrm/sad.h"
 
@@ -24,8 +25,11 @@ struct LifetimeTracking {
   xfrm::LifetimeState reported = xfrm::LifetimeState::none;
 };
 
+// `entry` is kept without its key (wiped once the SA has expanded it); the fingerprint
+// tells an identical re-install or reload apart from a new key.
 struct Gateway::OutboundEntry {
   xfrm::SadEntry entry;
+  xfrm::KeyFingerprint key_fingerprint{};
   bool from_charon = false;
   unsigned mtu_candidate = 0;  // its element of the gateway's mtu_candidates_
   LifetimeTracking lifetime;
@@ -35,7 +39,8 @@ struct Gateway::OutboundEntry {
 };
 
 struct Gateway::InboundEntry {
-  xfrm::SadEntry entry;
+  xfrm::SadEntry entry;  // without its key, as for OutboundEntry
+  xfrm::KeyFingerprint key_fingerprint{};
   bool from_charon = false;
   unsigned lan_mtu_candidate = 0;  // its element of lan_mtu_candidates_, if not 0
   LifetimeTracking lifetime;

@@ -3,7 +3,10 @@
 // Signals: SIGTERM/SIGINT stop (routes and the TUN device are removed), SIGHUP re-reads
 // the static SA file, SIGUSR1 logs every counter.
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -23,9 +26,30 @@ void usage() {
   std::fprintf(stderr, "usage: espgw -c CONFIG_FILE\n       espgw --check -c CONFIG_FILE\n");
 }
 
+// A core dump (or a debugger attached by another user) would show every SA's key: espgw
+// is not dumpable unless espgw.conf says `allow-core-dumps = yes`. Non-dumpable from
+// the first instruction on; the config may turn it back on before any key is read.
+void forbid_core_dumps() {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+void apply_core_dump_setting(bool allow) {
+  if (allow) {
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    log(LogLevel::warn, "allow-core-dumps = yes: a core dump of espgw will hold SA keys");
+    return;
+  }
+  // Also for a core from a kernel that ignores the dumpable flag (a core_pattern pipe
+  // helper may still be called; with the limit at 0 it gets nothing to write).
+  const rlimit none{0, 0};
+  if (setrlimit(RLIMIT_CORE, &none) != 0)
+    log(LogLevel::warn, "setrlimit(RLIMIT_CORE, 0): %s", std::strerror(errno));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  forbid_core_dumps();
   std::string config_path;
   bool check_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -52,6 +76,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: OK\n", config_path.c_str());
     return 0;
   }
+  apply_core_dump_setting(parsed.config->allow_core_dumps);
 
   // Every thread inherits this mask; only the main thread waits for the signals.
   sigset_t signals;

@@ -36,10 +36,110 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
   return DropReason::none;
 }
 
-bool inner_addresses_allowed(const InboundSa& sa, const uint8_t* p) {
-  if (sa.config().selectors.empty()) return true;  // the common case: skip the copies
-  if (p[0] >> 4 == 4) return sa.selectors_allow(IpAddress::v4(p + 12), IpAddress::v4(p + 16));
-  return sa.selectors_allow(IpAddress::v6(p + 8), IpAddress::v6(p + 24));
+constexpr uint8_t kProtocolIcmp = 1;
+constexpr uint8_t kProtocolTcp = 6;
+constexpr uint8_t kProtocolIpv6HopByHop = 0;
+constexpr uint8_t kProtocolIpv6Routing = 43;
+constexpr uint8_t kProtocolIpv6Fragment = 44;
+constexpr uint8_t kProtocolAh = 51;
+constexpr uint8_t kProtocolIcmpv6 = 58;
+constexpr uint8_t kProtocolIpv6DestinationOptions = 60;
+constexpr uint8_t kProtocolSctp = 132;
+constexpr uint8_t kProtocolUdpLite = 136;
+// Longer chains are legal but unheard of; a packet whose chain goes on longer only
+// matches selectors of any protocol.
+constexpr int kMaxExtensionHeaders = 8;
+
+// The next-layer protocol and ports of an inner packet of `length` bytes (its IP header
+// already checked by inner_length), for selectors that name them.
+void read_transport(const uint8_t* p, size_t length, InnerFlow& flow) {
+  size_t offset;
+  uint8_t protocol;
+  if (p[0] >> 4 == 4) {
+    offset = (size_t{p[0]} & 0x0F) * 4;
+    protocol = p[9];
+    flow.protocol = protocol;
+    flow.protocol_known = true;
+    // A non-first fragment carries no transport header (RFC 4301 4.4.1.1).
+    if ((load_be16(p + 6) & 0x1FFF) != 0) return;
+  } else {
+    offset = kIpv6HeaderLength;
+    protocol = p[6];
+    for (int i = 0;; ++i) {
+      if (protocol != kProtocolIpv6HopByHop && protocol != kProtocolIpv6Routing &&
+          protocol != kProtocolIpv6DestinationOptions && protocol != kProtocolIpv6Fragment &&
+          protocol != kProtocolAh)
+        break;
+      if (i == kMaxExtensionHeaders || offset + 8 > length) return;  // protocol unknown
+      const uint8_t next = p[offset];
+      if (protocol == kProtocolIpv6Fragment) {
+        if ((load_be16(p + offset + 2) & 0xFFF8) != 0) {  // non-first: no ports
+          flow.protocol = next;
+          flow.protocol_known = true;
+          return;
+        }
+        offset += 8;
+      } else if (protocol == kProtocolAh) {
+        offset += (size_t{p[offset + 1]} + 2) * 4;  // RFC 4302 2.2: in 32-bit words
+      } else {
+        offset += (size_t{p[offset + 1]} + 1) * 8;
+      }
+      protocol = next;
+    }
+    flow.protocol = protocol;
+    flow.protocol_known = true;
+  }
+  if (offset > length) return;
+  const uint8_t* transport = p + offset;
+  const size_t available = length - offset;
+  switch (protocol) {
+    case kProtocolTcp:
+    case kProtocolUdp:
+    case kProtocolSctp:
+    case kProtocolUdpLite:
+      if (available < 4) return;
+      flow.source_port = load_be16(transport);
+      flow.destination_port = load_be16(transport + 2);
+      flow.ports_known = true;
+      return;
+    case kProtocolIcmp:
+    case kProtocolIcmpv6:
+      if (available < 2) return;
+      // Type and code as one 16-bit value, checked against both port ranges.
+      flow.source_port = flow.destination_port = load_be16(transport);
+      flow.ports_known = true;
+      return;
+    default:
+      return;
+  }
+}
+
+// RFC 4301 5.2: the decrypted packet must match one of the SA's selectors. Protocol and
+// ports are read only for a selector whose addresses match and that names them; the
+// common selectors (addresses only) cost two prefix checks.
+bool inner_packet_allowed(const InboundSa& sa, const uint8_t* p, size_t length) {
+  const auto& selectors = sa.config().selectors;
+  if (selectors.empty()) return true;
+  InnerFlow flow;
+  if (p[0] >> 4 == 4) {
+    flow.source = IpAddress::v4(p + 12);
+    flow.destination = IpAddress::v4(p + 16);
+  } else {
+    flow.source = IpAddress::v6(p + 8);
+    flow.destination = IpAddress::v6(p + 24);
+  }
+  bool transport_read = false;
+  for (const auto& selector : selectors) {
+    if (!selector.remote.contains(flow.source) || !selector.local.contains(flow.destination))
+      continue;
+    if (selector.protocol == 0 && selector.any_ports()) return true;
+    if (!transport_read) {
+      read_transport(p, length, flow);
+      transport_read = true;
+    }
+    if (selector_matches(selector, flow)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -87,7 +187,7 @@ DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload
 
   const DropReason inner = inner_length(p, data_length, next_header, length);
   if (inner != DropReason::none) return inner;
-  if (!inner_addresses_allowed(sa, p)) return DropReason::policy_mismatch;
+  if (!inner_packet_allowed(sa, p, length)) return DropReason::policy_mismatch;
   return DropReason::none;
 }
 

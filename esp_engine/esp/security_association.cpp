@@ -139,10 +139,32 @@ InboundSa::InboundSa(const SaConfig& config, const crypto::CryptoBackend& backen
 
 bool InboundSa::selectors_allow(const IpAddress& inner_source,
                                 const IpAddress& inner_destination) const {
+  InnerFlow flow;
+  flow.source = inner_source;
+  flow.destination = inner_destination;
+  return selectors_allow(flow);
+}
+
+bool selector_matches(const TrafficSelector& selector, const InnerFlow& flow) {
+  if (!selector.remote.contains(flow.source) || !selector.local.contains(flow.destination))
+    return false;
+  if (selector.protocol == 0 && selector.any_ports()) return true;
+  if (selector.protocol != 0 && (!flow.protocol_known || flow.protocol != selector.protocol))
+    return false;
+  if (selector.any_ports()) return true;
+  // RFC 4301 4.4.1.1: a packet without known ports (a non-first fragment, a protocol
+  // without ports, a truncated header) matches only "any" ports.
+  if (!flow.ports_known) return false;
+  return flow.source_port >= selector.remote_port_first &&
+         flow.source_port <= selector.remote_port_last &&
+         flow.destination_port >= selector.local_port_first &&
+         flow.destination_port <= selector.local_port_last;
+}
+
+bool InboundSa::selectors_allow(const InnerFlow& flow) const {
   if (config_.selectors.empty()) return true;
   for (const auto& selector : config_.selectors)
-    if (selector.remote.contains(inner_source) && selector.local.contains(inner_destination))
-      return true;
+    if (selector_matches(selector, flow)) return true;
   return false;
 }
 

@@ -23,12 +23,41 @@ struct UdpEncapsulation {  // RFC 3948
   uint16_t destination_port = 4500;
 };
 
-// Inner addresses an inbound SA may carry (RFC 4301 5.2: the decrypted packet must
-// match the SA's selectors). Protocol and ports are not checked yet.
+// Inner packets an inbound SA may carry (RFC 4301 5.2: the decrypted packet must match
+// the SA's selectors): addresses, next-layer protocol and ports. Ports are TCP, UDP,
+// SCTP and UDP-Lite ports; for ICMP and ICMPv6 the 16-bit value type << 8 | code stands
+// in for both ports, as IKEv2 traffic selectors carry it (RFC 7296 3.13.1), and must lie
+// in both ranges. A range other than 0-65535 only matches packets whose ports are known:
+// never a non-first fragment (RFC 4301 4.4.1.1) or a protocol without ports.
 struct TrafficSelector {
-  IpPrefix remote;  // inner source
-  IpPrefix local;   // inner destination
+  IpPrefix remote;                                           // inner source
+  IpPrefix local;                                            // inner destination
+  uint8_t protocol = 0;                                      // 0 = any
+  uint16_t remote_port_first = 0, remote_port_last = 65535;  // inner source port
+  uint16_t local_port_first = 0, local_port_last = 65535;    // inner destination port
+
+  bool any_ports() const {
+    return remote_port_first == 0 && remote_port_last == 65535 && local_port_first == 0 &&
+           local_port_last == 65535;
+  }
 };
+
+// What selectors look at in a decrypted inner packet (esp/decap.cpp fills it in place,
+// without allocating).
+struct InnerFlow {
+  IpAddress source;
+  IpAddress destination;
+  // The next-layer protocol after any IPv6 extension headers; unknown when the header
+  // chain could not be followed within the packet.
+  uint8_t protocol = 0;
+  bool protocol_known = false;
+  // False for non-first fragments, protocols without ports and truncated headers.
+  bool ports_known = false;
+  uint16_t source_port = 0;
+  uint16_t destination_port = 0;
+};
+
+bool selector_matches(const TrafficSelector& selector, const InnerFlow& flow);
 
 // The fields the outbound path reads for every packet (SPI, ESN, outer addresses, UDP
 // ports) come first and share one cache line; the key material (wiped once expanded) and
@@ -48,7 +77,9 @@ struct SaConfig {
   // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
   // once SaCrypto has expanded it: their config() has none.
   std::vector<uint8_t> key_material;
-  std::vector<TrafficSelector> selectors;  // inbound only; empty accepts any inner packet
+  // Inbound only. Empty accepts any inner packet: the engine's tests and benchmarks use
+  // that, but the daemon never installs such an SA (it refuses one without selectors).
+  std::vector<TrafficSelector> selectors;
 };
 
 // The AEAD state shared by both directions: key, salt and the AAD/nonce layout.
@@ -131,7 +162,10 @@ class alignas(64) InboundSa {
   const SaCounters& counters() const { return counters_; }
 
   // True when the decrypted inner packet's addresses fall inside one of the selectors.
+  // Address-only check: a selector with a protocol or ports never matches here.
   bool selectors_allow(const IpAddress& inner_source, const IpAddress& inner_destination) const;
+  // True when the inner packet (addresses, protocol, ports) matches one of the selectors.
+  bool selectors_allow(const InnerFlow& flow) const;
 
  private:
   // Per packet: the selector list at the config's end and crypto_ share a line; the

@@ -1,5 +1,7 @@
 #include "util/hex.h"
 
+#include <openssl/crypto.h>
+
 namespace espgw {
 
 namespace {
@@ -19,7 +21,10 @@ std::optional<std::vector<uint8_t>> parse_hex(std::string_view text) {
   for (char c : text) {
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ':') continue;
     int v = nibble(c);
-    if (v < 0) return std::nullopt;
+    if (v < 0) {
+      OPENSSL_cleanse(out.data(), out.size());
+      return std::nullopt;
+    }
     if (high < 0) {
       high = v;
     } else {
@@ -27,7 +32,10 @@ std::optional<std::vector<uint8_t>> parse_hex(std::string_view text) {
       high = -1;
     }
   }
-  if (high >= 0) return std::nullopt;
+  if (high >= 0) {
+    OPENSSL_cleanse(out.data(), out.size());  // the bytes before the bad one may be a key
+    return std::nullopt;
+  }
   return out;
 }
 

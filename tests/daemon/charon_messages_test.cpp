@@ -168,6 +168,47 @@ TEST(CharonMessages, InboundSaNeedsSelectors) {
   m = add_sa(true);
   m.set_list("dst-ts", {"10.1.0.0/33"});
   EXPECT_NE(error_of(sa_from_add_sa(m)).find("bad subnet"), std::string::npos);
+  // Selectors of two families make no pair: the SA would have none and accept anything.
+  m = add_sa(true);
+  m.set_list("src-ts", {"10.2.0.0/16"});
+  m.set_list("dst-ts", {"fd00:1::/64"});
+  EXPECT_EQ(error_of(sa_from_add_sa(m)),
+            "no pair of src-ts and dst-ts selectors of one address family and protocol");
+  // Two different protocols match no packet either.
+  m = add_sa(true);
+  m.set_list("src-ts", {"10.2.0.0/16[6/0-65535]"});
+  m.set_list("dst-ts", {"10.1.0.0/16[17/0-65535]"});
+  EXPECT_EQ(error_of(sa_from_add_sa(m)),
+            "no pair of src-ts and dst-ts selectors of one address family and protocol");
+}
+
+// The plugin writes a selector that names a protocol or ports as PREFIX[PROTO/FROM-TO].
+TEST(CharonMessages, InboundSelectorsCarryProtocolAndPorts) {
+  Message m = add_sa(true);
+  m.set_list("src-ts", {"10.2.0.0/16[6/1024-65535]", "10.3.0.0/16"});
+  m.set_list("dst-ts", {"10.1.0.0/16[6/443-443]"});
+  auto result = sa_from_add_sa(m);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& selectors = std::get<xfrm::SadEntry>(result).config.selectors;
+  ASSERT_EQ(selectors.size(), 2u);
+  EXPECT_EQ(selectors[0].remote.to_string(), "10.2.0.0/16");
+  EXPECT_EQ(selectors[0].protocol, 6);
+  EXPECT_EQ(selectors[0].remote_port_first, 1024);
+  EXPECT_EQ(selectors[0].remote_port_last, 65535);
+  EXPECT_EQ(selectors[0].local_port_first, 443);
+  EXPECT_EQ(selectors[0].local_port_last, 443);
+  // Any protocol on one side and TCP on the other: TCP.
+  EXPECT_EQ(selectors[1].remote.to_string(), "10.3.0.0/16");
+  EXPECT_EQ(selectors[1].protocol, 6);
+  EXPECT_TRUE(selectors[1].remote_port_first == 0 && selectors[1].remote_port_last == 65535);
+
+  for (const char* bad : {"10.1.0.0/16[6/443]", "10.1.0.0/16[300/0-1]", "10.1.0.0/16[6/1-2]x",
+                          "10.1.0.0/16[6/1-70000]"}) {
+    m.set_list("dst-ts", {bad});
+    EXPECT_NE(error_of(sa_from_add_sa(m)).find("bad selector"), std::string::npos) << bad;
+  }
+  m.set_list("dst-ts", {"10.1.0.0/16[6/65535-0]"});  // charon's OPAQUE
+  EXPECT_NE(error_of(sa_from_add_sa(m)).find("opaque"), std::string::npos);
 }
 
 TEST(CharonMessages, SaIdNeedsSpiAndDestination) {

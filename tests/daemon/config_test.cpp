@@ -77,6 +77,22 @@ TEST(GatewayConfig, TunRpsIsOnWithWorkersOnSeveralCpusUnlessSetOtherwise) {
   EXPECT_EQ(bad.errors[0], "gw.conf:3: 'tun-rps': expected auto, yes or no, got 'sometimes'");
 }
 
+// Core dumps would hold SA keys: off unless asked for.
+TEST(GatewayConfig, CoreDumpsAreOffUnlessAllowed) {
+  const auto with = [](const std::string& lines) {
+    return parse_gateway_config_text("local-address = 192.0.2.1\nstatic-sa-file = s.conf\n" + lines,
+                                     "gw.conf");
+  };
+  ASSERT_TRUE(with("").config);
+  EXPECT_FALSE(with("").config->allow_core_dumps);
+  EXPECT_TRUE(with("allow-core-dumps = yes\n").config->allow_core_dumps);
+  EXPECT_FALSE(with("allow-core-dumps = no\n").config->allow_core_dumps);
+  const auto bad = with("allow-core-dumps = maybe\n");
+  EXPECT_FALSE(bad.config);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0], "gw.conf:3: 'allow-core-dumps': expected yes or no, got 'maybe'");
+}
+
 TEST(GatewayConfig, EveryBadLineIsNamedByFileAndLine) {
   const auto result = parse_gateway_config_text(R"(local-address = 192.0.2.1
 static-sa-file = s.conf

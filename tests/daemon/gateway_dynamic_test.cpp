@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -69,6 +70,8 @@ xfrm::SadEntry sa(xfrm::Direction direction, uint32_t spi, uint32_t reqid, uint6
   const bool out = direction == xfrm::Direction::out;
   entry.config.tunnel_source = address(out ? "127.0.0.1" : "127.0.0.2");
   entry.config.tunnel_destination = address(out ? "127.0.0.2" : "127.0.0.1");
+  // An inbound SA without selectors is refused (it would accept any inner packet).
+  if (!out) entry.config.selectors.push_back({prefix("10.2.0.0/16"), prefix("10.1.0.0/16")});
   return entry;
 }
 
@@ -308,6 +311,38 @@ TEST_F(GatewayDynamicTest, ChangedEntryReplacesAndIdenticalOneIsKept) {
   EXPECT_TRUE(gateway_->spi_in_use(0xc1));
 }
 
+// RFC 4301 5.2: an inbound SA checks decrypted packets against its selectors; one without
+// any would accept every inner packet, so it is never installed.
+TEST_F(GatewayDynamicTest, AnInboundSaWithoutSelectorsIsRefused) {
+  auto entry = sa(xfrm::Direction::in, 0xc2, 9, 1);
+  entry.config.selectors.clear();
+  EXPECT_FALSE(gateway_->add_dynamic_sa(entry));
+  EXPECT_FALSE(gateway_->spi_in_use(0xc2));
+  EXPECT_TRUE(gateway_->status().sas.empty());
+}
+
+// A static file that others may read is refused before anything is set up, as ssh
+// refuses such a private key.
+TEST_F(GatewayDynamicTest, AStaticFileOthersCanReadIsRefused) {
+  const std::string path = "/tmp/espgw_gateway_mode_test." + std::to_string(getpid()) + ".sa";
+  {
+    std::ofstream file(path);
+    file << "sa out spi 0x502 aes-gcm-128 key 0x1102030405060708090a0b0c0d0e0f1011121314 "
+            "src 127.0.0.1 dst 127.0.0.2 reqid 7\n";
+  }
+  chmod(path.c_str(), 0644);
+  GatewayConfig config = test_config("espgwdyn2");
+  config.static_sa_file = path;
+  try {
+    Gateway gateway(config);
+    ADD_FAILURE() << "a 0644 static file was accepted";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find(path + ": refused: mode 0644"), std::string::npos)
+        << error.what();
+  }
+  unlink(path.c_str());
+}
+
 TEST_F(GatewayDynamicTest, RoutesAreCountedPerPolicyAndPolicyChangesMoveThem) {
   gateway_->add_dynamic_policy(out_policy(100, 1, "10.2.0.0/16"));
   gateway_->add_dynamic_policy(out_policy(101, 2, "10.2.0.0/16"));
@@ -332,6 +367,7 @@ TEST_F(GatewayDynamicTest, ClearingCharonStateKeepsTheStaticFile) {
             "src 127.0.0.1 dst 127.0.0.2 reqid 7\n"
             "policy out local 10.1.0.0/16 remote 10.9.0.0/16 action protect reqid 7\n";
   }
+  chmod(path.c_str(), 0600);  // it holds a key: espgw refuses it readable by others
   GatewayConfig config = test_config("espgwdyn1");
   config.static_sa_file = path;
   auto gateway = std::make_unique<Gateway>(config);

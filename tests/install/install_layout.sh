@@ -77,6 +77,10 @@ layout() {  # layout NAME PREFIX
            swanctl/site-to-site-x509.conf static/README.md static/site-a.conf static/site-b.conf; do
     check "$name: example $doc/examples/$f" same_file "$examples/$f" "$source/configs/$f"
   done
+  for f in static/site-a.conf static/site-b.conf; do
+    check "$name: example $f is installed 0600 (it holds keys)" \
+      test "$(stat -c %a "$examples/$f")" = 600
+  done
   check "$name: the installed example espgw.conf passes espgw --check" \
     "$sbin/espgw" --check -c "$examples/espgw.conf"
 

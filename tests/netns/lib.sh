@@ -138,6 +138,9 @@ sa out spi 0x2001 aes-gcm-128 key 0x$key_ba src $b dst $a $udp reqid 1
 sa in spi 0x1001 aes-gcm-128 key 0x$key_ab src $a dst $b $udp reqid 1
 $(echo "$policies" | sed 's#LOCAL4#10.2.0.0/16#; s#REMOTE4#10.1.0.0/16#; s#LOCAL6#fd00:2::/64#; s#REMOTE6#fd00:1::/64#')
 EOS
+  # They hold keys: espgw refuses a static file that group or others may read (umask 022
+  # would leave them 0644). Lines appended later keep the mode.
+  chmod 600 "$WORK/static-a.conf" "$WORK/static-b.conf"
   for side in a b; do
     local local_address=$a
     [[ $side == b ]] && local_address=$b

@@ -1,6 +1,11 @@
 // Every error the static file parser reports, with its exact "FILE:LINE: message", and
 // the promise that no message ever shows key material.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "xfrm/static_file.h"
 
@@ -8,11 +13,15 @@ namespace espgw::xfrm {
 namespace {
 
 const std::string kKeyHex = "00112233445566778899aabbccddeeff01020304";
+const std::string kOtherKeyHex = "ffeeddccbbaa99887766554433221100a0b0c0d0";
 // A valid SA and the start of a valid policy, to which each case adds one fault.
 const std::string kSa =
     "sa out spi 0x1001 aes-gcm-128 key 0x" + kKeyHex + " src 192.0.2.1 dst 192.0.2.2 reqid 1";
 const std::string kSaIn =
-    "sa in spi 0x2001 aes-gcm-128 key 0x" + kKeyHex + " src 192.0.2.2 dst 192.0.2.1 reqid 1";
+    "sa in spi 0x2001 aes-gcm-128 key 0x" + kOtherKeyHex + " src 192.0.2.2 dst 192.0.2.1 reqid 1";
+// What gives kSaIn its traffic selectors.
+const std::string kProtectIn =
+    "policy in local 10.1.0.0/16 remote 10.2.0.0/16 action protect reqid 1";
 const std::string kPolicy = "policy out local 10.1.0.0/16 remote 10.2.0.0/16";
 const std::string kBypass = kPolicy + " action bypass";
 
@@ -165,7 +174,7 @@ TEST(StaticFileErrors, BetweenLines) {
            " src 192.0.2.1 dst 192.0.2.2",
        "f.conf:3: sa: spi 0x00001001 dst 192.0.2.2 is already defined on line 1"},
       {kSaIn + "\n" + "sa in spi 0x2001 aes-gcm-128 key 0x" + kKeyHex +
-           " src 192.0.2.3 dst 192.0.2.4",
+           " src 192.0.2.3 dst 192.0.2.4\n" + kProtectIn,
        "f.conf:2: sa: spi 0x00002001 is already used by the 'sa in' on line 1 (inbound SAs are "
        "found by SPI alone)"},
       {kBypass + "\n" + kPolicy + " priority 5 action discard",
@@ -241,6 +250,81 @@ TEST(StaticFileErrors, NoMessageShowsKeyMaterial) {
         ASSERT_EQ(error.find(upper.substr(i, 8)), std::string::npos) << error;
       }
   }
+}
+
+// Two SAs under one key would reuse nonces (the sequence number is the IV), whatever
+// their SPIs and directions.
+TEST(StaticFileErrors, TwoSasWithOneKey) {
+  const std::string in_same_key =
+      "sa in spi 0x2001 aes-gcm-128 key 0x" + kKeyHex + " src 192.0.2.2 dst 192.0.2.1 reqid 1";
+  expect_errors({
+      {kSa + "\n" + in_same_key + "\n" + kProtectIn,
+       "f.conf:2: sa: same key as the SA on line 1 (every SA needs its own key: two SAs "
+       "under one key would reuse nonces)"},
+      // Another SPI and peer, written with separators: still the same key bytes.
+      {kSa + "\n\nsa out spi 0x1002 aes-gcm-128 src 192.0.2.1 dst 192.0.2.9 reqid 1 key " +
+           "00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:01:02:03:04",
+       "f.conf:3: sa: same key as the SA on line 1 (every SA needs its own key: two SAs "
+       "under one key would reuse nonces)"},
+  });
+  EXPECT_TRUE(errors_of(kSa + "\n" + kSaIn + "\n" + kProtectIn).empty());
+}
+
+// An inbound SA takes its selectors from its reqid's protect policies; one without any
+// would accept every inner packet.
+TEST(StaticFileErrors, AnInboundSaWithoutPoliciesIsRefused) {
+  const std::string message =
+      "f.conf:1: sa: no protect policy has reqid 1: an 'sa in' takes its traffic selectors "
+      "from its reqid's policies, and one without selectors would accept any packet";
+  expect_errors({
+      {kSaIn, message},
+      {kSaIn + "\n" + kPolicy + " action bypass", message},
+      {"sa in spi 0x2001 aes-gcm-128 key 0x" + kOtherKeyHex + " src 192.0.2.2 dst 192.0.2.1",
+       "f.conf:1: sa: no protect policy has reqid 0: an 'sa in' takes its traffic selectors "
+       "from its reqid's policies, and one without selectors would accept any packet"},
+  });
+  // An out policy of the reqid is enough (its selector, reversed).
+  EXPECT_TRUE(errors_of(kSa + "\n" + kSaIn + "\n" + kPolicy + " action protect reqid 1").empty());
+}
+
+// As ssh refuses a private key others can read.
+TEST(StaticFileErrors, AccessProblems) {
+  EXPECT_FALSE(static_file_access_problem(0100600, 0, 0));
+  EXPECT_FALSE(static_file_access_problem(0100400, 1000, 1000));
+  EXPECT_FALSE(static_file_access_problem(0100600, 0, 1000));  // root's file, espgw as 1000
+  EXPECT_EQ(static_file_access_problem(0100644, 0, 0).value_or(""),
+            "mode 0644 lets group or others read or write it; it holds keys (chmod 600 it)");
+  EXPECT_TRUE(static_file_access_problem(0100640, 0, 0));
+  EXPECT_TRUE(static_file_access_problem(0100602, 0, 0));
+  EXPECT_TRUE(static_file_access_problem(0100610, 0, 0));
+  EXPECT_EQ(static_file_access_problem(0100600, 1000, 0).value_or(""),
+            "owned by uid 1000, neither root nor the user espgw runs as; it holds keys (chown "
+            "it)");
+}
+
+TEST(StaticFileErrors, AFileOthersCanReadIsRefusedUnread) {
+  char dir_template[] = "/tmp/espgw-static-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir_template));
+  const std::string path = std::string(dir_template) + "/sa.conf";
+  {
+    std::ofstream out(path);
+    out << kSa << "\n" << kSaIn << "\n" << kProtectIn << "\n";
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto refused = load_static_file(path);
+  EXPECT_FALSE(refused.config);
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_EQ(refused.errors[0], path +
+                                   ": refused: mode 0644 lets group or others read or write it; "
+                                   "it holds keys (chmod 600 it)");
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  auto loaded = load_static_file(path);
+  EXPECT_TRUE(loaded.config) << (loaded.errors.empty() ? "" : loaded.errors[0]);
+  if (loaded.config) {
+    EXPECT_EQ(loaded.config->sas.size(), 2u);
+  }
+  std::remove(path.c_str());
+  rmdir(dir_template);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "util/hex.h"
 
 namespace espgw::xfrm {
@@ -22,9 +25,20 @@ StaticConfig parse_ok(std::string_view text) {
 }
 
 constexpr std::string_view kKey = "0x00112233445566778899aabbccddeeff01020304";
+constexpr std::string_view kOtherKey = "0xffeeddccbbaa99887766554433221100a0b0c0d0";
+
+// The shipped examples as text: git checks them out 0644, which load_static_file
+// refuses (the installed copies are 0600, configs/CMakeLists.txt).
+StaticFileResult load_example(const std::string& name) {
+  std::ifstream in(kDir + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(in) << name;
+  return parse_static_file(text.str(), kDir + name);
+}
 
 TEST(StaticFile, SiteAExampleParses) {
-  auto result = load_static_file(kDir + "/site-a.conf");
+  auto result = load_example("/site-a.conf");
   ASSERT_TRUE(result.errors.empty()) << result.errors[0];
   const StaticConfig& c = *result.config;
   ASSERT_EQ(c.sas.size(), 2u);
@@ -62,8 +76,8 @@ TEST(StaticFile, SiteAExampleParses) {
 }
 
 TEST(StaticFile, ExamplesAreMirrorImages) {
-  auto a = load_static_file(kDir + "/site-a.conf");
-  auto b = load_static_file(kDir + "/site-b.conf");
+  auto a = load_example("/site-a.conf");
+  auto b = load_example("/site-b.conf");
   ASSERT_TRUE(a.config && b.config);
   // What A sends, B receives with the same SPI, key and addresses.
   for (const auto& [sender, receiver] :
@@ -95,7 +109,7 @@ TEST(StaticFile, ExamplesAreMirrorImages) {
 
 TEST(StaticFile, ExamplesRoundTrip) {
   for (const char* name : {"/site-a.conf", "/site-b.conf"}) {
-    auto first = load_static_file(kDir + name);
+    auto first = load_example(name);
     ASSERT_TRUE(first.config);
     auto second = parse_static_file(to_text(*first.config), "again");
     ASSERT_TRUE(second.errors.empty()) << second.errors[0];
@@ -183,9 +197,9 @@ TEST(StaticFile, EmptyFileIsAnEmptyConfig) {
 }
 
 TEST(StaticFile, SameSpiOutboundToDifferentPeersIsFine) {
-  const std::string sa =
-      "sa out spi 0x1001 aes-gcm-128 key " + std::string(kKey) + " src 192.0.2.1";
-  const StaticConfig c = parse_ok(sa + " dst 192.0.2.2\n" + sa + " dst 192.0.2.3\n");
+  const std::string sa = "sa out spi 0x1001 aes-gcm-128 src 192.0.2.1 key ";
+  const StaticConfig c = parse_ok(sa + std::string(kKey) + " dst 192.0.2.2\n" + sa +
+                                  std::string(kOtherKey) + " dst 192.0.2.3\n");
   EXPECT_EQ(c.sas.size(), 2u);
 }
 

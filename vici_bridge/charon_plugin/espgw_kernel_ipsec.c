@@ -54,11 +54,15 @@ static void subnet_text(traffic_selector_t *ts, char *buf, size_t len)
 	net->destroy(net);
 }
 
+/* add-sa's selector lists: "net/prefix", or "net/prefix[PROTO/FROM-TO]" when the selector
+ * names a protocol or ports, so that espgw checks those too on decrypted packets (RFC
+ * 4301 5.2; for ICMP, charon keeps type and code in the port fields). */
 static void add_ts_list(evc_builder_t *b, const char *key, linked_list_t *list)
 {
 	enumerator_t *enumerator;
 	traffic_selector_t *ts;
-	char text[INET6_ADDRSTRLEN + 8];
+	char text[INET6_ADDRSTRLEN + 32];
+	size_t len;
 
 	evc_begin_list(b, key);
 	if (list)
@@ -67,6 +71,14 @@ static void add_ts_list(evc_builder_t *b, const char *key, linked_list_t *list)
 		while (enumerator->enumerate(enumerator, &ts))
 		{
 			subnet_text(ts, text, sizeof(text));
+			if (ts->get_protocol(ts) != 0 || ts->get_from_port(ts) != 0 ||
+				ts->get_to_port(ts) != 65535)
+			{
+				len = strlen(text);
+				snprintf(text + len, sizeof(text) - len, "[%u/%u-%u]",
+						 ts->get_protocol(ts), ts->get_from_port(ts),
+						 ts->get_to_port(ts));
+			}
 			evc_add_item(b, chunk_from_str(text));
 		}
 		enumerator->destroy(enumerator);
