@@ -303,6 +303,7 @@ write_espgw_conf() {  # write_espgw_conf FILE LOCAL_ADDRESS SA_SOURCE_LINE [PATH
 tun-name = espgw0
 tun-queues = $ESPGW_TUN_QUEUES
 local-address = $2
+state-dir = ${1%.conf}.state
 $3
 workers = $ESPGW_WORKERS
 log-level = info

@@ -25,4 +25,12 @@ enum class LifetimeState : uint8_t { none, soft, hard };
 LifetimeState check(const Lifetimes& limits, uint64_t bytes, uint64_t packets,
                     uint64_t seconds_since_add);
 
+// The outbound sequence number as a lifetime of its own: the counter is the IV and must
+// never wrap under one key. Soft (ask for a rekey) with 2^28 numbers left without ESN (at a
+// million packets per second, four minutes for charon to rekey), at 2^63 with ESN; hard
+// once the last number is used (the SA then refuses to send: sequence-exhausted).
+inline constexpr uint64_t kSoftSequenceWithoutEsn = 0xFFFFFFFFull - (uint64_t{1} << 28);
+inline constexpr uint64_t kSoftSequenceWithEsn = uint64_t{1} << 63;
+LifetimeState check_sequence(uint64_t last_used, bool esn);
+
 }  // namespace espgw::xfrm

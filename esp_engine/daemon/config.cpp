@@ -116,6 +116,9 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     } else if (key == "wan-readers") {
       if (!parse_number(value, config.wan_readers, 0u, 64u))
         bad("a number from 0 (one per CPU, at most 4) to 64");
+    } else if (key == "state-dir") {
+      const std::string directory(value);
+      config.state_dir = directory.front() == '/' ? directory : directory_of(path) + "/" + directory;
     } else if (key == "static-sa-file") {
       const std::string file(value);
       config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;

@@ -38,6 +38,11 @@ struct GatewayConfig {
   // UDP sockets sharing local-address:udp-port through SO_REUSEPORT, one reader thread
   // each; the kernel spreads peers (4-tuples) over them. 0: one per online CPU, at most 4.
   unsigned wan_readers = 0;
+  // Where each SA key's sequence-number and replay state survives restarts
+  // (daemon/sa_state_keeper.h). One directory per espgw instance: a second instance on
+  // the same directory refuses to start. Resolved against the config file's directory.
+  // Empty (not settable from the file): kept in memory only, for tests.
+  std::string state_dir = "/var/lib/espgw";
   std::string static_sa_file;  // resolved against the config file's directory; optional
                                // when a control socket is set
   // The control socket of the charon plugin and espgwctl (root-only); empty: static SAs

@@ -13,8 +13,18 @@ DropReason drop(SaCounters& counters, DropReason reason) {
 }
 
 DropReason replay_reason(ReplayWindow::Verdict verdict) {
-  return verdict == ReplayWindow::Verdict::replayed ? DropReason::replayed
-                                                    : DropReason::outside_window;
+  switch (verdict) {
+    case ReplayWindow::Verdict::replayed:
+      return DropReason::replayed;
+    case ReplayWindow::Verdict::unreserved:
+      return DropReason::sequence_unreserved;
+    case ReplayWindow::Verdict::held:
+      return DropReason::sa_held;
+    case ReplayWindow::Verdict::accept:
+    case ReplayWindow::Verdict::outside_window:
+      break;
+  }
+  return DropReason::outside_window;
 }
 
 // Checks the decrypted inner packet against its next-header value and returns its length

@@ -44,6 +44,10 @@ std::string_view drop_reason_name(DropReason reason) {
       return "nat-keepalive";
     case DropReason::queue_full:
       return "queue-full";
+    case DropReason::sequence_unreserved:
+      return "sequence-unreserved";
+    case DropReason::sa_held:
+      return "sa-held";
     case DropReason::count_:
       break;
   }

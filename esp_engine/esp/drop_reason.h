@@ -29,6 +29,14 @@ enum class DropReason : uint8_t {
   too_big,             // ESP packet would exceed the 65535-byte IP length limit
   nat_keepalive,       // RFC 3948 0xFF keepalive: consumed, nothing to deliver
   queue_full,          // the SA already has its maximum number of packets in flight
+  // The sequence number is beyond what the state file has reserved (outbound) or beyond
+  // the replay reservation (inbound): the number would not survive a crash, so it is
+  // not used until the reservation is on disk.
+  sequence_unreserved,
+  // The SA's counter state is unknown (the state file was lost or corrupt, or charon
+  // re-installed an SA espgw has no record of): it carries nothing on this key until it
+  // is rekeyed, since a counter restarted at 1 would reuse nonces or accept replays.
+  sa_held,
   count_               // number of reasons; keep last
 };
 

@@ -50,11 +50,24 @@ uint64_t ReplayWindow::infer_sequence(uint32_t sequence_low, uint64_t top) const
 ReplayWindow::Verdict ReplayWindow::verdict_for(uint64_t sequence, uint64_t top) const {
   // Sequence number 0 is never sent (RFC 4303 3.3.3: the first packet carries 1).
   if (sequence == 0) return Verdict::outside_window;
+  if (held_.load(std::memory_order_relaxed)) return Verdict::held;
   if (sequence > top || size_ == 0) return Verdict::accept;
   if (top - sequence >= size_) return Verdict::outside_window;
   const uint64_t block =
       blocks_[(sequence / kBlockBits) & block_mask_].load(std::memory_order_relaxed);
   return (block >> (sequence % kBlockBits)) & 1 ? Verdict::replayed : Verdict::accept;
+}
+
+void ReplayWindow::restore(uint64_t top) {
+  top_.store(top, std::memory_order_release);
+  if (size_ == 0) return;  // nothing to mark: only ESN inference uses the top
+  // Every block is full except the top's own, whose bits above the top stay clear for
+  // the numbers after it.
+  const uint64_t top_block = top / kBlockBits;
+  for (uint32_t i = 0; i <= block_mask_; ++i) blocks_[i].store(~uint64_t{0}, std::memory_order_relaxed);
+  const uint64_t bit = top % kBlockBits;
+  const uint64_t up_to_top = bit == kBlockBits - 1 ? ~uint64_t{0} : (uint64_t{2} << bit) - 1;
+  blocks_[top_block & block_mask_].store(up_to_top, std::memory_order_relaxed);
 }
 
 ReplayWindow::Candidate ReplayWindow::check(uint32_t sequence_low) const {
@@ -67,6 +80,14 @@ ReplayWindow::Verdict ReplayWindow::commit_locked(uint64_t sequence) {
   const uint64_t top = top_.load(std::memory_order_relaxed);
   const Verdict verdict = verdict_for(sequence, top);
   if (verdict != Verdict::accept) return verdict;
+  // Checked here, after authentication, not in the pre-check: the number is then the
+  // peer's own, and the reservation may follow it however far it jumped (a peer that
+  // restarted past its last reservation). A forged number never gets this far.
+  if (sequence > accept_limit_.load(std::memory_order_relaxed)) {
+    if (sequence > unreserved_seen_.load(std::memory_order_relaxed))
+      unreserved_seen_.store(sequence, std::memory_order_relaxed);
+    return Verdict::unreserved;
+  }
   if (size_ == 0) {
     if (sequence > top) top_.store(sequence, std::memory_order_release);
     return Verdict::accept;

@@ -19,7 +19,9 @@ namespace espgw::esp {
 
 class ReplayWindow {
  public:
-  enum class Verdict : uint8_t { accept, replayed, outside_window };
+  // unreserved: above the accept limit (not yet reserved on disk); held: the window's
+  // state is unknown and it accepts nothing.
+  enum class Verdict : uint8_t { accept, replayed, outside_window, unreserved, held };
 
   struct Candidate {
     uint64_t sequence;  // full 64-bit sequence number (high bits inferred with ESN)
@@ -38,6 +40,21 @@ class ReplayWindow {
   bool esn() const { return esn_; }
   // Highest sequence number committed so far (0 before the first packet).
   uint64_t highest() const { return top_.load(std::memory_order_acquire); }
+
+  // Starts the window over as if every sequence number up to `top` had been received:
+  // what a restart knows of the window is only the highest number it may have accepted.
+  // Not for a window that is receiving (the control side calls it before the SA is live).
+  void restore(uint64_t top);
+  // The highest sequence number the window may accept; the daemon raises it only once
+  // the number is reserved on disk, so that a restart refuses whatever was accepted
+  // before it. No limit unless set.
+  void set_accept_limit(uint64_t limit) { accept_limit_.store(limit, std::memory_order_relaxed); }
+  uint64_t accept_limit() const { return accept_limit_.load(std::memory_order_relaxed); }
+  // The highest authentic sequence number refused for being above the accept limit (0:
+  // none): where the next reservation has to reach.
+  uint64_t unreserved_seen() const { return unreserved_seen_.load(std::memory_order_relaxed); }
+  void set_held(bool held) { held_.store(held, std::memory_order_relaxed); }
+  bool held() const { return held_.load(std::memory_order_relaxed); }
 
   // Infers the full sequence number from the 32 bits on the wire and checks it against
   // the current window without modifying it.
@@ -73,6 +90,9 @@ class ReplayWindow {
   bool esn_;
   uint32_t block_mask_;  // number of blocks - 1 (a power of two)
   std::atomic<uint64_t> top_{0};
+  std::atomic<uint64_t> accept_limit_{UINT64_MAX};
+  std::atomic<uint64_t> unreserved_seen_{0};  // written under commit_lock_
+  std::atomic<bool> held_{false};
   std::unique_ptr<std::atomic<uint64_t>[]> blocks_;
   SpinLock commit_lock_;
 };

@@ -12,8 +12,8 @@
 namespace espgw::esp {
 
 namespace {
-constexpr uint64_t kLastSequenceWithoutEsn = 0xFFFFFFFFull;
-constexpr uint64_t kLastSequenceWithEsn = ~uint64_t{0};
+constexpr uint64_t kLastSequenceWithoutEsn = last_sequence_number(false);
+constexpr uint64_t kLastSequenceWithEsn = last_sequence_number(true);
 
 const SaConfig& validated(const SaConfig& config) {
   if (config.spi == 0) throw std::invalid_argument("SPI 0 is reserved");
@@ -112,6 +112,9 @@ DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint6
   std::lock_guard guard(sequence_lock_);
   const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
   if (next == 0 || next > last) return DropReason::sequence_exhausted;
+  if (held_.load(std::memory_order_relaxed)) return DropReason::sa_held;
+  if (next > sequence_ceiling_.load(std::memory_order_relaxed))
+    return DropReason::sequence_unreserved;
   if (next > limit) return DropReason::queue_full;
   // Park at 0 instead of wrapping: a wrapped counter would hand out a number twice.
   next_sequence_.store(next == last ? 0 : next + 1, std::memory_order_relaxed);
@@ -123,6 +126,22 @@ DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint6
 void OutboundSa::set_next_sequence(uint64_t next) {
   std::lock_guard guard(sequence_lock_);
   next_sequence_.store(next, std::memory_order_relaxed);
+}
+
+void OutboundSa::set_sequence_ceiling(uint64_t ceiling) {
+  std::lock_guard guard(sequence_lock_);
+  sequence_ceiling_.store(ceiling, std::memory_order_relaxed);
+}
+
+void OutboundSa::set_held(bool held) {
+  std::lock_guard guard(sequence_lock_);
+  held_.store(held, std::memory_order_relaxed);
+}
+
+uint64_t OutboundSa::seal() {
+  std::lock_guard guard(sequence_lock_);
+  held_.store(true, std::memory_order_relaxed);
+  return last_sequence();
 }
 
 uint64_t OutboundSa::last_sequence() const {

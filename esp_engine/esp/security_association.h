@@ -18,6 +18,10 @@
 
 namespace espgw::esp {
 
+// The last sequence number an SA may use: 2^32-1 without ESN, 2^64-1 with it (RFC 4303
+// forbids cycling: the SA must be rekeyed before).
+constexpr uint64_t last_sequence_number(bool esn) { return esn ? ~uint64_t{0} : 0xFFFFFFFFull; }
+
 struct UdpEncapsulation {  // RFC 3948
   uint16_t source_port = 4500;
   uint16_t destination_port = 4500;
@@ -125,11 +129,25 @@ class OutboundSa {
 
   // Takes the next sequence number for a packet of `inner_bytes` and counts the packet,
   // under the SA's lock. Refuses with sequence_exhausted once the space is used up (2^32-1
-  // without ESN, 2^64-1 with it: RFC 4303 forbids cycling, the SA must be rekeyed), and
-  // with queue_full if the number would exceed `limit` (the pipeline's in-flight bound).
+  // without ESN, 2^64-1 with it: RFC 4303 forbids cycling, the SA must be rekeyed), with
+  // sa_held while the SA is held, with sequence_unreserved beyond the ceiling, and with
+  // queue_full if the number would exceed `limit` (the pipeline's in-flight bound).
   DropReason take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence);
   // Highest sequence number handed out so far.
   uint64_t last_sequence() const;
+
+  // The highest sequence number the SA may hand out: the daemon raises it only once the
+  // number is reserved on disk, so that a restart never hands out a number twice. No
+  // limit unless set.
+  void set_sequence_ceiling(uint64_t ceiling);
+  uint64_t sequence_ceiling() const { return sequence_ceiling_.load(std::memory_order_relaxed); }
+  // A held SA hands out nothing (sa_held) until released: its counter state is unknown.
+  void set_held(bool held);
+  bool held() const { return held_.load(std::memory_order_relaxed); }
+  // Holds the SA for good and returns the last number it handed out, under the SA's lock:
+  // a successor under the same key continues after it without a number in between
+  // being taken by a packet still on its way through the old SA.
+  uint64_t seal();
   uint16_t next_ip_id() {
     return static_cast<uint16_t>(ip_id_.fetch_add(1, std::memory_order_relaxed));
   }
@@ -146,6 +164,8 @@ class OutboundSa {
   alignas(64) SpinLock sequence_lock_;
   // Written under sequence_lock_; 0 means exhausted (0 is never a valid number).
   std::atomic<uint64_t> next_sequence_{1};
+  std::atomic<uint64_t> sequence_ceiling_{UINT64_MAX};
+  std::atomic<bool> held_{false};
   std::atomic<uint32_t> ip_id_{0};
   SaCounters counters_;
 };

@@ -147,6 +147,7 @@ EOS
     cat >"$WORK/espgw-$side.conf" <<EOS
 tun-name = espgw0
 local-address = $local_address
+state-dir = state-$side
 static-sa-file = static-$side.conf
 workers = ${WORKERS_SIDE[$side]:-2}
 crypto-backend = ${CRYPTO_BACKEND_SIDE[$side]:-ipsec-mb}

@@ -151,6 +151,31 @@ chunk_t evc_finish(evc_builder_t *b)
 	return b->buf;
 }
 
+chunk_t evc_append_kv(chunk_t packet, const char *key, chunk_t value)
+{
+	evc_builder_t b = {.buf = chunk_empty};
+	size_t len;
+
+	if (packet.len < 5)
+	{
+		return chunk_empty;
+	}
+	put(&b, packet.ptr, packet.len);
+	evc_add_kv(&b, key, value);
+	if (b.failed)
+	{
+		chunk_clear(&b.buf);
+		return chunk_empty;
+	}
+	len = b.used - 4;
+	b.buf.ptr[0] = len >> 24;
+	b.buf.ptr[1] = len >> 16;
+	b.buf.ptr[2] = len >> 8;
+	b.buf.ptr[3] = len;
+	b.buf.len = b.used;
+	return b.buf;
+}
+
 bool evc_parse_packet(chunk_t packet, uint8_t *type, chunk_t *name, chunk_t *message)
 {
 	if (packet.len < 1)

@@ -47,6 +47,11 @@ void evc_end_list(evc_builder_t *b);
  * chunk_empty after an error, in which case the builder's memory is wiped and freed. */
 chunk_t evc_finish(evc_builder_t *b);
 
+/* A copy of a finished packet (length prefix included) with one more top-level
+ * key-value pair at its end, or chunk_empty if it would not fit. The copy is owned by
+ * the caller (chunk_clear() it: the packet may carry keys). */
+chunk_t evc_append_kv(chunk_t packet, const char *key, chunk_t value);
+
 /* Splits a packet (without its length prefix) into type, name and message. */
 bool evc_parse_packet(chunk_t packet, uint8_t *type, chunk_t *name, chunk_t *message);
 /* The value of a top-level key-value pair. Walks the whole message and returns FALSE if

@@ -1,0 +1,328 @@
+#include "daemon/sa_state_keeper.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "daemon/log.h"
+#include "util/thread_name.h"
+
+namespace espgw::daemon {
+
+namespace {
+
+// How often the thread looks for reservations running low. An inbound reservation is
+// sized from what the SA accepted in one tick, so a short tick also keeps the refusals
+// after a crash short.
+constexpr auto kTick = std::chrono::milliseconds(2);
+
+const char* origin_name(InstallOrigin origin) {
+  switch (origin) {
+    case InstallOrigin::static_file:
+      return "static";
+    case InstallOrigin::charon_new:
+      return "charon";
+    case InstallOrigin::charon_replayed:
+      return "charon (replayed)";
+  }
+  return "?";
+}
+
+}  // namespace
+
+SaStateKeeper::SaStateKeeper(const std::string& directory)
+    : store_(directory.empty() ? xfrm::SaStateStore() : xfrm::SaStateStore(directory)) {
+  if (!directory.empty()) {
+    // Two instances writing one sa-state would each drop the other's records.
+    const std::string lock_path = directory + "/lock";
+    lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0)
+      throw std::runtime_error("state directory: " + lock_path + ": " + std::strerror(errno));
+    if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      close(lock_fd_);
+      throw std::runtime_error("state directory " + directory +
+                               " is in use by another espgw; give each instance its own "
+                               "state-dir");
+    }
+  }
+  switch (store_.health()) {
+    case xfrm::SaStateStore::Health::fresh:
+      if (!directory.empty()) log(LogLevel::info, "SA state: new state directory %s", directory.c_str());
+      break;
+    case xfrm::SaStateStore::Health::loaded:
+      log(LogLevel::info, "SA state: %zu keys' counters read from %s", store_.size(),
+          directory.c_str());
+      break;
+    case xfrm::SaStateStore::Health::lost:
+      log(LogLevel::error,
+          "SA state lost (%s): static SAs and re-installed charon SAs are held until they get "
+          "new keys, since their counters could otherwise restart and reuse nonces",
+          store_.lost_reason().c_str());
+      break;
+  }
+}
+
+SaStateKeeper::~SaStateKeeper() {
+  stop();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+SaStateKeeper::Tracked& SaStateKeeper::track_locked(const xfrm::SaStateKey& key,
+                                                    InstallOrigin origin, bool anti_replay,
+                                                    bool& fresh) {
+  fresh = false;
+  auto found = tracked_.find(key);
+  if (found != tracked_.end()) return found->second;
+  Tracked tracked;
+  if (const auto record = store_.find(key)) {
+    tracked.held = record->held;
+    tracked.used = tracked.durable = record->held ? 0 : record->high_water;
+    tracked.durable_written = true;
+  } else if (!anti_replay) {
+    // An inbound SA without a replay window (0, manual keying) accepts anything anyway.
+    fresh = true;
+  } else if (origin == InstallOrigin::charon_new) {
+    fresh = true;
+  } else if (origin == InstallOrigin::charon_replayed ||
+             store_.health() == xfrm::SaStateStore::Health::lost) {
+    tracked.held = true;
+  } else {
+    fresh = true;  // a static key this directory has never seen
+  }
+  return tracked_.emplace(key, tracked).first->second;
+}
+
+bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp::OutboundSa>& sa,
+                          InstallOrigin origin) {
+  std::lock_guard lock(mutex_);
+  bool fresh = false;
+  Tracked& tracked = track_locked(key, origin, true, fresh);
+  tracked.outbound = sa;
+  tracked.inbound.reset();
+  tracked.spi = sa->config().spi;
+  tracked.destination = sa->config().tunnel_destination;
+  if (tracked.held) {
+    sa->set_held(true);
+    put_locked(key, tracked, 0);
+    log(LogLevel::error,
+        "SA out spi 0x%08x (%s) held: no record of its key's sequence numbers; it sends "
+        "nothing until it is rekeyed",
+        tracked.spi, origin_name(origin));
+    return true;
+  }
+  sa->set_next_sequence(tracked.used + 1);
+  // A new key from charon may start at once; anything else waits for its reservation.
+  const uint64_t ceiling = fresh && origin == InstallOrigin::charon_new
+                               ? kNewKeyAllowance
+                               : (tracked.durable_written ? tracked.durable : tracked.used);
+  sa->set_sequence_ceiling(ceiling);
+  if (tracked.used != 0)
+    log(LogLevel::info, "SA out spi 0x%08x continues after sequence number %llu", tracked.spi,
+        static_cast<unsigned long long>(tracked.used));
+  return false;
+}
+
+bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp::InboundSa>& sa,
+                          InstallOrigin origin) {
+  std::lock_guard lock(mutex_);
+  const bool anti_replay = sa->replay_window().size() != 0;
+  bool fresh = false;
+  Tracked& tracked = track_locked(key, origin, anti_replay, fresh);
+  tracked.inbound = sa;
+  tracked.outbound.reset();
+  tracked.spi = sa->config().spi;
+  tracked.destination = sa->config().tunnel_destination;
+  if (!anti_replay) return false;
+  if (tracked.held) {
+    sa->replay_window().set_held(true);
+    put_locked(key, tracked, 0);
+    log(LogLevel::error,
+        "SA in spi 0x%08x (%s) held: no record of its replay window; it accepts nothing until "
+        "it is rekeyed",
+        tracked.spi, origin_name(origin));
+    return true;
+  }
+  if (tracked.used != 0) {
+    sa->replay_window().restore(tracked.used);
+    log(LogLevel::info, "SA in spi 0x%08x refuses sequence numbers up to %llu (accepted before)",
+        tracked.spi, static_cast<unsigned long long>(tracked.used));
+  }
+  sa->replay_window().set_accept_limit(
+      fresh && origin == InstallOrigin::charon_new
+          ? kNewKeyAllowance
+          : (tracked.durable_written ? tracked.durable : tracked.used));
+  return false;
+}
+
+uint64_t SaStateKeeper::live_high_water(const Tracked& tracked) const {
+  if (tracked.outbound) return tracked.outbound->last_sequence();
+  if (tracked.inbound) return tracked.inbound->replay_window().highest();
+  return tracked.used;
+}
+
+void SaStateKeeper::retire(const xfrm::SaStateKey& key, bool forget) {
+  std::lock_guard lock(mutex_);
+  auto found = tracked_.find(key);
+  if (found == tracked_.end()) return;
+  Tracked& tracked = found->second;
+  if (forget) {
+    if (tracked.outbound) tracked.outbound->seal();
+    tracked_.erase(found);
+    store_.erase(key);
+    return;
+  }
+  if (tracked.outbound) {
+    tracked.used = std::max(tracked.used, tracked.outbound->seal());
+  } else if (tracked.inbound) {
+    // A successor starts with a fresh window; it must refuse what this one accepted.
+    tracked.inbound->replay_window().set_held(true);
+    tracked.used = std::max(tracked.used, tracked.inbound->replay_window().highest());
+  }
+  tracked.outbound.reset();
+  tracked.inbound.reset();
+}
+
+void SaStateKeeper::put_locked(const xfrm::SaStateKey& key, const Tracked& tracked,
+                               uint64_t value) {
+  xfrm::SaStateRecord record;
+  record.held = tracked.held;
+  record.high_water = tracked.held ? 0 : value;
+  record.spi = tracked.spi;
+  record.destination = tracked.destination;
+  store_.put(key, record);
+}
+
+bool SaStateKeeper::reserve() {
+  std::lock_guard lock(mutex_);
+  struct Raise {
+    Tracked* tracked;
+    uint64_t value;
+  };
+  std::vector<Raise> raises;
+  for (auto& [key, tracked] : tracked_) {
+    if (tracked.held) continue;
+    if (tracked.outbound) {
+      const uint64_t used = tracked.outbound->last_sequence();
+      const uint64_t last = esp::last_sequence_number(tracked.outbound->config().esn);
+      const uint64_t ceiling = tracked.outbound->sequence_ceiling();
+      if (tracked.durable_written && tracked.durable >= used + kOutboundBlock / 2) continue;
+      if (tracked.durable_written && tracked.durable == last) continue;
+      // Never below what the SA may already use (a new key's allowance).
+      const uint64_t target = std::max(
+          ceiling, used > last - kOutboundBlock ? last : used + kOutboundBlock);
+      put_locked(key, tracked, target);
+      raises.push_back({&tracked, target});
+    } else if (tracked.inbound && tracked.inbound->replay_window().size() != 0) {
+      auto& window = tracked.inbound->replay_window();
+      // An authentic packet beyond the limit (the peer jumped ahead) moves it there.
+      const uint64_t top = std::max(window.highest(), window.unreserved_seen());
+      // The rate is what the SA accepted, not how far its top moved (a jump is no rate).
+      const uint64_t packets = tracked.inbound->counters().packets();
+      const uint64_t per_tick = packets - std::min(packets, tracked.packets_at_last_tick);
+      tracked.packets_at_last_tick = packets;
+      const uint64_t wanted = std::clamp<uint64_t>(std::bit_ceil(per_tick * kInboundRateFactor + 1),
+                                                   kInboundMinBlock, kInboundMaxBlock);
+      // Grows at once, shrinks by half a tick: a burst must not wait, and a quiet SA
+      // soon gets a short step again (what a crash makes it refuse).
+      tracked.block = std::max(wanted, tracked.block / 2);
+      if (tracked.durable_written && tracked.durable >= top + tracked.block / 2) continue;
+      const uint64_t last = esp::last_sequence_number(window.esn());
+      const uint64_t target = std::max(window.accept_limit() == UINT64_MAX ? 0 : window.accept_limit(),
+                                       top > last - tracked.block ? last : top + tracked.block);
+      put_locked(key, tracked, target);
+      raises.push_back({&tracked, target});
+    }
+  }
+  std::string error;
+  if (!store_.write(&error)) {
+    ++write_failures_;
+    log(LogLevel::error, "SA state: %s; reservations not raised", error.c_str());
+    return false;
+  }
+  if (!raises.empty()) ++writes_;
+  for (const Raise& raise : raises) {
+    raise.tracked->durable = raise.value;
+    raise.tracked->durable_written = true;
+    if (raise.tracked->outbound)
+      raise.tracked->outbound->set_sequence_ceiling(raise.value);
+    else if (raise.tracked->inbound)
+      raise.tracked->inbound->replay_window().set_accept_limit(raise.value);
+  }
+  return true;
+}
+
+bool SaStateKeeper::write_exact() {
+  std::lock_guard lock(mutex_);
+  for (auto& [key, tracked] : tracked_) {
+    if (tracked.held) continue;
+    if (tracked.outbound) {
+      // Nothing sends any more; sealing makes sure of it.
+      tracked.used = std::max(tracked.used, tracked.outbound->seal());
+    } else if (tracked.inbound) {
+      if (tracked.inbound->replay_window().size() == 0) continue;
+      tracked.used = std::max(tracked.used, tracked.inbound->replay_window().highest());
+    }
+    put_locked(key, tracked, tracked.used);
+  }
+  std::string error;
+  if (!store_.write(&error, true)) {
+    log(LogLevel::error, "SA state: %s; the next start continues after the reservations", error.c_str());
+    return false;
+  }
+  return true;
+}
+
+void SaStateKeeper::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard lock(thread_mutex_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void SaStateKeeper::stop() {
+  {
+    std::lock_guard lock(thread_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SaStateKeeper::run() {
+  name_this_thread("sa-state");
+  std::unique_lock lock(thread_mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    reserve();
+    lock.lock();
+    wake_.wait_for(lock, kTick, [this] { return stopping_; });
+  }
+}
+
+SaStateKeeper::Status SaStateKeeper::status() const {
+  std::lock_guard lock(mutex_);
+  Status status;
+  status.tracked = tracked_.size();
+  for (const auto& [key, tracked] : tracked_) status.held += tracked.held ? 1 : 0;
+  status.writes = writes_;
+  status.write_failures = write_failures_;
+  return status;
+}
+
+std::optional<SaStateKeeper::SaState> SaStateKeeper::sa_state(const xfrm::SaStateKey& key) const {
+  std::lock_guard lock(mutex_);
+  const auto found = tracked_.find(key);
+  if (found == tracked_.end()) return std::nullopt;
+  return SaState{found->second.held, found->second.durable};
+}
+
+}  // namespace espgw::daemon

@@ -1,0 +1,128 @@
+// Keeps every installed SA's counter ahead of what is on disk, so that no restart reuses a
+// nonce or accepts a replay (xfrm/sa_state_store.h holds the file):
+//   - an outbound SA hands out sequence numbers only up to its ceiling, and the ceiling is
+//     raised only once a value at or above it is written and fsynced (write-ahead);
+//   - an inbound SA accepts sequence numbers only up to its accept limit, raised the same
+//     way; after a crash its window starts as if everything up to the limit had arrived;
+//   - a clean stop writes the exact values, so a planned restart skips and refuses nothing;
+//   - an SA whose key comes back (a reload that changed a lifetime, charon replaying its SAs
+//     to a restarted espgw) continues where its key stopped;
+//   - an SA whose state is unknown (lost state file, or charon re-installing an SA there is
+//     no record of) is held: it carries nothing on its key until it is replaced.
+// A thread of its own raises reservations that run low, every few milliseconds.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "esp/security_association.h"
+#include "xfrm/sa_state_store.h"
+
+namespace espgw::daemon {
+
+// How an SA came to be installed: that decides what an SA without a record means.
+enum class InstallOrigin : uint8_t {
+  static_file,      // a static SA: its key may have been used by an earlier run
+  charon_new,       // charon's add_sa: a key charon has just derived, never used
+  charon_replayed,  // charon's plugin re-installing what a previous espgw had
+};
+
+class SaStateKeeper {
+ public:
+  // Outbound reservations run this far ahead: a crash skips at most this many numbers
+  // (2^32 / 2^20: four thousand crashes before a non-ESN SA runs out).
+  static constexpr uint64_t kOutboundBlock = uint64_t{1} << 20;
+  // Inbound reservations follow the SA's rate (what it accepted per tick, times
+  // kInboundRateFactor), within these bounds: after a crash the peer's next packets up
+  // to the reservation are refused, so a slow SA keeps it short.
+  static constexpr uint64_t kInboundMinBlock = 64;
+  static constexpr uint64_t kInboundMaxBlock = uint64_t{1} << 20;
+  static constexpr uint64_t kInboundRateFactor = 16;
+  // A key charon has just derived may be used this far before anything is on disk: if
+  // espgw dies first, the replayed SA finds no record and is held until charon rekeys it.
+  static constexpr uint64_t kNewKeyAllowance = uint64_t{1} << 20;
+
+  // `directory`: the state directory (created when missing); empty: state kept in memory
+  // only (tests). Throws std::runtime_error when the directory is unusable or another
+  // espgw holds it.
+  explicit SaStateKeeper(const std::string& directory);
+  ~SaStateKeeper();
+  SaStateKeeper(const SaStateKeeper&) = delete;
+  SaStateKeeper& operator=(const SaStateKeeper&) = delete;
+
+  xfrm::SaStateStore::Health health() const { return store_.health(); }
+
+  // Sets a new SA's counter from its key's record, or holds it, before it carries
+  // traffic (an outbound SA before its pipeline channel is made: the channel starts at
+  // the SA's next number). Returns true when the SA is held.
+  bool adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp::OutboundSa>& sa,
+             InstallOrigin origin);
+  bool adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp::InboundSa>& sa,
+             InstallOrigin origin);
+  // The SA goes. Its counter is frozen (an outbound SA is sealed: no packet still on its
+  // way takes another number) and kept for a successor under the same key, unless
+  // `forget` (charon deleted it: its key never comes back).
+  void retire(const xfrm::SaStateKey& key, bool forget);
+
+  // Raises every reservation that runs low, writes the file, then the ceilings. What the
+  // thread does each tick; the gateway also calls it before traffic starts. False when
+  // the write failed (ceilings stay where they were: traffic stops, never reuses).
+  bool reserve();
+  void start();  // the reservation thread
+  void stop();
+  // A clean stop (after the data path has stopped): the exact values, so that the next
+  // start continues without a gap.
+  bool write_exact();
+
+  struct Status {
+    size_t tracked = 0;
+    size_t held = 0;
+    uint64_t writes = 0;
+    uint64_t write_failures = 0;
+  };
+  Status status() const;
+  // For one SA: whether it is held, and how far its reservation runs.
+  struct SaState {
+    bool held = false;
+    uint64_t reserved = 0;
+  };
+  std::optional<SaState> sa_state(const xfrm::SaStateKey& key) const;
+
+ private:
+  struct Tracked {
+    std::shared_ptr<esp::OutboundSa> outbound;  // live SA, if any
+    std::shared_ptr<esp::InboundSa> inbound;
+    uint64_t used = 0;     // known high water (exact once the SA is retired)
+    uint64_t durable = 0;  // what the file says (0: nothing written yet)
+    uint64_t packets_at_last_tick = 0;  // inbound: what the SA had accepted then
+    uint64_t block = kInboundMinBlock;  // inbound: the current reservation step
+    bool held = false;
+    bool durable_written = false;
+    uint32_t spi = 0;
+    esp::IpAddress destination;
+  };
+  Tracked& track_locked(const xfrm::SaStateKey& key, InstallOrigin origin, bool anti_replay,
+                        bool& fresh);
+  uint64_t live_high_water(const Tracked& tracked) const;
+  void put_locked(const xfrm::SaStateKey& key, const Tracked& tracked, uint64_t value);
+  void run();
+
+  mutable std::mutex mutex_;
+  xfrm::SaStateStore store_;
+  int lock_fd_ = -1;  // flock on the directory: one espgw per state directory
+  std::map<xfrm::SaStateKey, Tracked> tracked_;
+  uint64_t writes_ = 0;
+  uint64_t write_failures_ = 0;
+
+  std::mutex thread_mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace espgw::daemon

@@ -1,0 +1,306 @@
+// The SA counter state across restarts: an outbound key never hands out a sequence number
+// twice, an inbound key never accepts again what it accepted, whatever happened between
+// two runs (a crash, a clean stop, a lost state file, charon replaying its SAs).
+#include "daemon/sa_state_keeper.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "crypto/aead.h"
+
+namespace espgw::daemon {
+namespace {
+
+using esp::DropReason;
+using Verdict = esp::ReplayWindow::Verdict;
+// Within the first inbound reservation.
+constexpr uint64_t kAccepted = SaStateKeeper::kInboundMinBlock / 2;
+
+class SaStateKeeperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/espgw-keeper-test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    directory_ = root_ + "/state";
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  static esp::SaConfig config(uint8_t key_byte, uint32_t spi = 0x1001) {
+    esp::SaConfig sa;
+    sa.spi = spi;
+    sa.tunnel_source = *esp::IpAddress::parse("192.0.2.1");
+    sa.tunnel_destination = *esp::IpAddress::parse("192.0.2.2");
+    sa.key_material.assign(20, key_byte);
+    return sa;
+  }
+  static xfrm::SaStateKey key(xfrm::Direction direction, uint8_t key_byte) {
+    const auto material = config(key_byte).key_material;
+    return {direction, xfrm::key_fingerprint(material)};
+  }
+  static std::shared_ptr<esp::OutboundSa> outbound(uint8_t key_byte) {
+    return std::make_shared<esp::OutboundSa>(config(key_byte), *crypto::find_backend("openssl"));
+  }
+  static std::shared_ptr<esp::InboundSa> inbound(uint8_t key_byte) {
+    return std::make_shared<esp::InboundSa>(config(key_byte), *crypto::find_backend("openssl"));
+  }
+  static DropReason take(esp::OutboundSa& sa, uint64_t& sequence) {
+    return sa.take_sequence(100, UINT64_MAX, sequence);
+  }
+  // Sends `count` packets; returns the last sequence number.
+  static uint64_t send(esp::OutboundSa& sa, unsigned count) {
+    uint64_t sequence = 0;
+    for (unsigned i = 0; i < count; ++i) EXPECT_EQ(take(sa, sequence), DropReason::none);
+    return sequence;
+  }
+  static Verdict receive(esp::InboundSa& sa, uint64_t sequence) {
+    const auto candidate = sa.replay_window().check(static_cast<uint32_t>(sequence));
+    if (candidate.verdict != Verdict::accept) return candidate.verdict;
+    // Counted inside the commit, as decapsulation does: the keeper's rate comes from it.
+    return sa.replay_window().commit(candidate.sequence,
+                                     [&] { sa.counters().count_packet_locked(100); });
+  }
+
+  std::string root_;
+  std::string directory_;
+  const xfrm::SaStateKey out_key_ = key(xfrm::Direction::out, 7);
+  const xfrm::SaStateKey in_key_ = key(xfrm::Direction::in, 7);
+};
+
+TEST_F(SaStateKeeperTest, StaticKeyWaitsForItsFirstReservation) {
+  SaStateKeeper keeper(directory_);
+  auto sa = outbound(7);
+  EXPECT_FALSE(keeper.adopt(out_key_, sa, InstallOrigin::static_file));
+  uint64_t sequence = 0;
+  EXPECT_EQ(take(*sa, sequence), DropReason::sequence_unreserved);
+  ASSERT_TRUE(keeper.reserve());
+  EXPECT_EQ(take(*sa, sequence), DropReason::none);
+  EXPECT_EQ(sequence, 1u);
+}
+
+TEST_F(SaStateKeeperTest, AfterACrashTheCounterContinuesPastTheReservation) {
+  uint64_t last_before = 0;
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+    ASSERT_TRUE(keeper.reserve());
+    last_before = send(*sa, 1000);
+    // A crash: no write_exact.
+  }
+  SaStateKeeper keeper(directory_);
+  auto sa = outbound(7);
+  EXPECT_FALSE(keeper.adopt(out_key_, sa, InstallOrigin::static_file));
+  uint64_t sequence = 0;
+  EXPECT_EQ(take(*sa, sequence), DropReason::sequence_unreserved) << "nothing is reserved yet";
+  ASSERT_TRUE(keeper.reserve());
+  ASSERT_EQ(take(*sa, sequence), DropReason::none);
+  EXPECT_GT(sequence, last_before);
+  EXPECT_GT(sequence, SaStateKeeper::kOutboundBlock) << "past the whole first reservation";
+}
+
+TEST_F(SaStateKeeperTest, AfterACleanStopTheCounterContinuesExactly) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+    ASSERT_TRUE(keeper.reserve());
+    send(*sa, 200);
+    ASSERT_TRUE(keeper.write_exact());
+  }
+  SaStateKeeper keeper(directory_);
+  auto sa = outbound(7);
+  keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  uint64_t sequence = 0;
+  ASSERT_EQ(take(*sa, sequence), DropReason::none);
+  EXPECT_EQ(sequence, 201u);
+}
+
+TEST_F(SaStateKeeperTest, AReservationIsRaisedBeforeItRunsOut) {
+  SaStateKeeper keeper(directory_);
+  auto sa = outbound(7);
+  keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  const uint64_t first = sa->sequence_ceiling();
+  sa->set_next_sequence(first - 10);
+  ASSERT_TRUE(keeper.reserve());
+  EXPECT_GE(sa->sequence_ceiling(), first + SaStateKeeper::kOutboundBlock / 2);
+}
+
+TEST_F(SaStateKeeperTest, LostStateHoldsEveryStaticKey) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+    ASSERT_TRUE(keeper.reserve());
+    send(*sa, 10);
+  }
+  std::filesystem::remove(directory_ + "/" + xfrm::SaStateStore::kStateFile);
+  for (int start = 0; start < 2; ++start) {  // and it stays held on the start after
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    auto other = outbound(8);  // a key never seen: after a loss, nobody knows
+    auto in = inbound(9);
+    EXPECT_TRUE(keeper.adopt(out_key_, sa, InstallOrigin::static_file));
+    EXPECT_TRUE(keeper.adopt(key(xfrm::Direction::out, 8), other, InstallOrigin::static_file));
+    EXPECT_TRUE(keeper.adopt(key(xfrm::Direction::in, 9), in, InstallOrigin::static_file));
+    ASSERT_TRUE(keeper.reserve());
+    uint64_t sequence = 0;
+    EXPECT_EQ(take(*sa, sequence), DropReason::sa_held);
+    EXPECT_EQ(take(*other, sequence), DropReason::sa_held);
+    EXPECT_EQ(receive(*in, 1), Verdict::held);
+    EXPECT_EQ(keeper.status().held, 3u);
+  }
+  // charon's new keys are not affected by the loss.
+  SaStateKeeper keeper(directory_);
+  auto fresh = outbound(10);
+  EXPECT_FALSE(keeper.adopt(key(xfrm::Direction::out, 10), fresh, InstallOrigin::charon_new));
+  uint64_t sequence = 0;
+  EXPECT_EQ(take(*fresh, sequence), DropReason::none);
+}
+
+TEST_F(SaStateKeeperTest, CorruptStateHoldsStaticKeys) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    keeper.adopt(out_key_, sa, InstallOrigin::static_file);
+    ASSERT_TRUE(keeper.reserve());
+  }
+  std::filesystem::resize_file(directory_ + "/" + xfrm::SaStateStore::kStateFile, 30);
+  SaStateKeeper keeper(directory_);
+  EXPECT_EQ(keeper.health(), xfrm::SaStateStore::Health::lost);
+  auto sa = outbound(7);
+  EXPECT_TRUE(keeper.adopt(out_key_, sa, InstallOrigin::static_file));
+}
+
+TEST_F(SaStateKeeperTest, CharonKeysStartAtOnceAndReplayedOnesContinueOrAreHeld) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = outbound(7);
+    EXPECT_FALSE(keeper.adopt(out_key_, sa, InstallOrigin::charon_new));
+    uint64_t sequence = 0;
+    EXPECT_EQ(take(*sa, sequence), DropReason::none) << "a rekeyed SA must not wait for disk";
+    ASSERT_TRUE(keeper.reserve());
+    send(*sa, 50);
+  }
+  SaStateKeeper keeper(directory_);
+  auto again = outbound(7);
+  EXPECT_FALSE(keeper.adopt(out_key_, again, InstallOrigin::charon_replayed));
+  ASSERT_TRUE(keeper.reserve());
+  uint64_t sequence = 0;
+  ASSERT_EQ(take(*again, sequence), DropReason::none);
+  EXPECT_GT(sequence, SaStateKeeper::kNewKeyAllowance);
+  // Replayed, but no record of its key (it died before its first write): held.
+  auto unknown = outbound(8);
+  EXPECT_TRUE(keeper.adopt(key(xfrm::Direction::out, 8), unknown, InstallOrigin::charon_replayed));
+  EXPECT_EQ(take(*unknown, sequence), DropReason::sa_held);
+}
+
+TEST_F(SaStateKeeperTest, AReinstalledKeyContinuesWithoutAGapOrAWait) {
+  SaStateKeeper keeper(directory_);
+  auto old_sa = outbound(7);
+  keeper.adopt(out_key_, old_sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  const uint64_t last = send(*old_sa, 300);
+  keeper.retire(out_key_, /*forget=*/false);  // a reload that changed a lifetime
+  uint64_t sequence = 0;
+  EXPECT_EQ(take(*old_sa, sequence), DropReason::sa_held) << "the old SA is sealed";
+  auto successor = outbound(7);
+  keeper.adopt(out_key_, successor, InstallOrigin::static_file);
+  ASSERT_EQ(take(*successor, sequence), DropReason::none);
+  EXPECT_EQ(sequence, last + 1);
+}
+
+TEST_F(SaStateKeeperTest, AForgottenKeyLeavesTheFile) {
+  SaStateKeeper keeper(directory_);
+  auto sa = outbound(7);
+  keeper.adopt(out_key_, sa, InstallOrigin::charon_new);
+  ASSERT_TRUE(keeper.reserve());
+  keeper.retire(out_key_, /*forget=*/true);
+  ASSERT_TRUE(keeper.reserve());
+  xfrm::SaStateStore store(root_ + "/copy");
+  std::filesystem::copy_file(directory_ + "/" + xfrm::SaStateStore::kStateFile,
+                             root_ + "/copy/" + xfrm::SaStateStore::kStateFile);
+  xfrm::SaStateStore reread(root_ + "/copy");
+  EXPECT_EQ(reread.size(), 0u);
+}
+
+TEST_F(SaStateKeeperTest, InboundRefusesAfterACrashWhatItMayHaveAccepted) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = inbound(7);
+    keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+    EXPECT_EQ(receive(*sa, 1), Verdict::unreserved) << "nothing reserved yet";
+    ASSERT_TRUE(keeper.reserve());
+    for (uint64_t s = 1; s <= kAccepted; ++s) ASSERT_EQ(receive(*sa, s), Verdict::accept);
+  }
+  SaStateKeeper keeper(directory_);
+  auto sa = inbound(7);
+  keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  for (uint64_t s = 1; s <= kAccepted; ++s) EXPECT_NE(receive(*sa, s), Verdict::accept) << s;
+  // Everything up to the old reservation may have been accepted before the crash.
+  EXPECT_NE(receive(*sa, kAccepted + 1), Verdict::accept);
+  EXPECT_EQ(receive(*sa, kAccepted + SaStateKeeper::kInboundMinBlock + 1), Verdict::accept);
+}
+
+TEST_F(SaStateKeeperTest, InboundAfterACleanStopRefusesOnlyWhatItAccepted) {
+  {
+    SaStateKeeper keeper(directory_);
+    auto sa = inbound(7);
+    keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+    ASSERT_TRUE(keeper.reserve());
+    for (uint64_t s = 1; s <= kAccepted; ++s) ASSERT_EQ(receive(*sa, s), Verdict::accept);
+    ASSERT_TRUE(keeper.write_exact());
+  }
+  SaStateKeeper keeper(directory_);
+  auto sa = inbound(7);
+  keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  for (uint64_t s = 1; s <= kAccepted; ++s) EXPECT_EQ(receive(*sa, s), Verdict::replayed) << s;
+  EXPECT_EQ(receive(*sa, kAccepted + 1), Verdict::accept);
+  EXPECT_EQ(receive(*sa, kAccepted + 3), Verdict::accept);
+  EXPECT_EQ(receive(*sa, kAccepted + 2), Verdict::accept) << "below the new top, never seen";
+}
+
+TEST_F(SaStateKeeperTest, InboundReservationFollowsTheRate) {
+  SaStateKeeper keeper(directory_);
+  auto sa = inbound(7);
+  keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  const uint64_t first = sa->replay_window().accept_limit();
+  EXPECT_GE(first, SaStateKeeper::kInboundMinBlock);
+  for (uint64_t s = 1; s <= first; ++s) ASSERT_EQ(receive(*sa, s), Verdict::accept);
+  EXPECT_EQ(receive(*sa, first + 1), Verdict::unreserved);
+  ASSERT_TRUE(keeper.reserve());
+  EXPECT_GE(sa->replay_window().accept_limit(), first * SaStateKeeper::kInboundRateFactor)
+      << "a fast SA gets a larger step";
+  EXPECT_EQ(receive(*sa, first + 1), Verdict::accept);
+}
+
+TEST_F(SaStateKeeperTest, InboundFollowsAPeerThatJumpedAhead) {
+  // A peer that crashed continues past its own last reservation, far above this SA's
+  // accept limit: the reservation must follow it rather than refuse it for good.
+  SaStateKeeper keeper(directory_);
+  auto sa = inbound(7);
+  keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  ASSERT_EQ(receive(*sa, 5), Verdict::accept);
+  const uint64_t jumped = 5 + SaStateKeeper::kOutboundBlock + 1;
+  EXPECT_EQ(receive(*sa, jumped), Verdict::unreserved);
+  ASSERT_TRUE(keeper.reserve());
+  EXPECT_EQ(receive(*sa, jumped + 1), Verdict::accept);
+  EXPECT_LT(sa->replay_window().accept_limit(), jumped + 4 * SaStateKeeper::kInboundMinBlock)
+      << "the jump is not a rate: the step stays short";
+}
+
+TEST_F(SaStateKeeperTest, OneDirectoryOneInstance) {
+  SaStateKeeper first(directory_);
+  EXPECT_THROW(SaStateKeeper second(directory_), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace espgw::daemon
