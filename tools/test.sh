@@ -21,7 +21,8 @@ ctest --test-dir build/fuzz --output-on-failure
 
 step "ThreadSanitizer build: threaded tests"
 cmake --preset tsan >/dev/null
-cmake --build build/tsan --target espgw_unit_tests espgw_xfrm_tests espgw_vici_tests
+cmake --build build/tsan --target espgw_unit_tests espgw_xfrm_tests espgw_vici_tests \
+  espgw_daemon_tests
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build/tsan -R Concurrent --output-on-failure --no-tests=error
 

@@ -22,7 +22,8 @@ LifetimeState check(const Lifetimes& limits, uint64_t bytes, uint64_t packets,
 LifetimeState check_sequence(uint64_t last_used, bool esn) {
   const uint64_t last = esn ? ~uint64_t{0} : 0xFFFFFFFFull;
   if (last_used >= last) return LifetimeState::hard;
-  if (last_used >= (esn ? kSoftSequenceWithEsn : kSoftSequenceWithoutEsn)) return LifetimeState::soft;
+  if (last_used >= (esn ? kSoftSequenceWithEsn : kSoftSequenceWithoutEsn))
+    return LifetimeState::soft;
   return LifetimeState::none;
 }
 

@@ -65,14 +65,17 @@ std::vector<std::string_view> words(std::string_view line) {
   size_t at = 0;
   while (at < line.size()) {
     const size_t end = line.find(' ', at);
-    out.push_back(line.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    out.push_back(
+        line.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
     if (end == std::string_view::npos) break;
     at = end + 1;
   }
   return out;
 }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errno_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 bool read_file(const std::string& path, std::string& text) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -218,14 +221,13 @@ std::string SaStateStore::serialize(const std::map<SaStateKey, SaStateRecord>& r
     body += std::string(direction_name(key.direction)) + " " + hex(key.key.data(), key.key.size()) +
             " " + (record.held ? std::string("held") : std::to_string(record.high_water)) +
             " spi " + spi + " dst " +
-            (record.destination.family ? record.destination.to_string() : std::string("-")) +
-            "\n";
+            (record.destination.family ? record.destination.to_string() : std::string("-")) + "\n";
   }
   return body + std::string(kChecksumWord) + sha256_hex(body) + "\n";
 }
 
 std::optional<std::map<SaStateKey, SaStateRecord>> SaStateStore::parse(const std::string& text,
-                                                                      std::string* error) {
+                                                                       std::string* error) {
   auto fail = [&](const std::string& why) {
     if (error) *error = why;
     return std::nullopt;
@@ -250,7 +252,9 @@ std::optional<std::map<SaStateKey, SaStateRecord>> SaStateStore::parse(const std
     const std::string_view line = body.substr(at, end - at);
     at = end + 1;
     const auto w = words(line);
-    auto bad = [&](const char* what) { return fail("line " + std::to_string(line_number) + ": " + what); };
+    auto bad = [&](const char* what) {
+      return fail("line " + std::to_string(line_number) + ": " + what);
+    };
     if (w.size() != 7 || w[3] != "spi" || w[5] != "dst") return bad("malformed record");
     SaStateKey key;
     const auto direction = parse_direction(w[0]);

@@ -54,7 +54,8 @@ SaStateKeeper::SaStateKeeper(const std::string& directory)
   }
   switch (store_.health()) {
     case xfrm::SaStateStore::Health::fresh:
-      if (!directory.empty()) log(LogLevel::info, "SA state: new state directory %s", directory.c_str());
+      if (!directory.empty())
+        log(LogLevel::info, "SA state: new state directory %s", directory.c_str());
       break;
     case xfrm::SaStateStore::Health::loaded:
       log(LogLevel::info, "SA state: %zu keys' counters read from %s", store_.size(),
@@ -215,8 +216,8 @@ bool SaStateKeeper::reserve() {
       if (tracked.durable_written && tracked.durable >= used + kOutboundBlock / 2) continue;
       if (tracked.durable_written && tracked.durable == last) continue;
       // Never below what the SA may already use (a new key's allowance).
-      const uint64_t target = std::max(
-          ceiling, used > last - kOutboundBlock ? last : used + kOutboundBlock);
+      const uint64_t target =
+          std::max(ceiling, used > last - kOutboundBlock ? last : used + kOutboundBlock);
       put_locked(key, tracked, target);
       raises.push_back({&tracked, target});
     } else if (tracked.inbound && tracked.inbound->replay_window().size() != 0) {
@@ -234,8 +235,9 @@ bool SaStateKeeper::reserve() {
       tracked.block = std::max(wanted, tracked.block / 2);
       if (tracked.durable_written && tracked.durable >= top + tracked.block / 2) continue;
       const uint64_t last = esp::last_sequence_number(window.esn());
-      const uint64_t target = std::max(window.accept_limit() == UINT64_MAX ? 0 : window.accept_limit(),
-                                       top > last - tracked.block ? last : top + tracked.block);
+      const uint64_t target =
+          std::max(window.accept_limit() == UINT64_MAX ? 0 : window.accept_limit(),
+                   top > last - tracked.block ? last : top + tracked.block);
       put_locked(key, tracked, target);
       raises.push_back({&tracked, target});
     }
@@ -273,7 +275,8 @@ bool SaStateKeeper::write_exact() {
   }
   std::string error;
   if (!store_.write(&error, true)) {
-    log(LogLevel::error, "SA state: %s; the next start continues after the reservations", error.c_str());
+    log(LogLevel::error, "SA state: %s; the next start continues after the reservations",
+        error.c_str());
     return false;
   }
   return true;

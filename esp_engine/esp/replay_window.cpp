@@ -64,7 +64,8 @@ void ReplayWindow::restore(uint64_t top) {
   // Every block is full except the top's own, whose bits above the top stay clear for
   // the numbers after it.
   const uint64_t top_block = top / kBlockBits;
-  for (uint32_t i = 0; i <= block_mask_; ++i) blocks_[i].store(~uint64_t{0}, std::memory_order_relaxed);
+  for (uint32_t i = 0; i <= block_mask_; ++i)
+    blocks_[i].store(~uint64_t{0}, std::memory_order_relaxed);
   const uint64_t bit = top % kBlockBits;
   const uint64_t up_to_top = bit == kBlockBits - 1 ? ~uint64_t{0} : (uint64_t{2} << bit) - 1;
   blocks_[top_block & block_mask_].store(up_to_top, std::memory_order_relaxed);

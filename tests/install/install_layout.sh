@@ -57,6 +57,9 @@ layout() {  # layout NAME PREFIX
   local plugin="$dest$plugin_dir/libstrongswan-espgw.so"
   check "$name: plugin in $plugin_dir (independent of the prefix)" test -f "$plugin"
   check "$name: plugin exports espgw_plugin_create" exports_create "$plugin"
+  # state-dir's default, absolute like the unit's StateDirectory=, root only.
+  check "$name: state directory /var/lib/espgw, mode 0700" \
+    test "$(stat -c %a "$dest/var/lib/espgw" 2>/dev/null)" = 700
 
   local swan_conf="$dest$strongswan_d/charon/espgw.conf"
   check "$name: $strongswan_d/charon/espgw.conf is configs/strongswan.d/charon/espgw.conf" \
