@@ -63,6 +63,10 @@ uint64_t this_thread_token() {
 
 Pipeline::Pipeline(PipelineConfig config)
     : config_(std::move(config)),
+      inbound_in_crypto_limit_(
+          config_.max_inbound_in_crypto_per_sa != 0
+              ? config_.max_inbound_in_crypto_per_sa
+              : std::max(config_.pool_packets / 4, config_.max_in_flight_per_sa)),
       id_(next_pipeline_id.fetch_add(1, std::memory_order_relaxed)),
       pool_(config_.pool_packets, config_.packet_capacity),
       work_(config_.pool_packets) {
@@ -490,12 +494,12 @@ esp::DropReason Pipeline::submit_inbound(Packet* packet) {
     pool_.release(packet);
     return reason;
   }
-  // One SA may hold no more than max_in_flight_per_sa packets in crypto, as outbound: a
-  // flood of forged packets on one SPI (which only the ICV check tells apart) would
-  // otherwise take the whole pool, and every other SA's reader would find it empty. The
-  // place is taken before the check, as in submit_outbound, so readers sharing the SA
-  // cannot pass the bound together.
-  if (channel->in_crypto_.fetch_add(1, std::memory_order_relaxed) >= config_.max_in_flight_per_sa) {
+  // One SA may hold no more than its share of the pool in crypto: a flood of forged
+  // packets on one SPI (which only the ICV check tells apart) would otherwise take the
+  // whole pool, and every other SA's reader would find it empty. The place is taken
+  // before the check, as in submit_outbound, so readers sharing the SA cannot pass the
+  // bound together.
+  if (channel->in_crypto_.fetch_add(1, std::memory_order_relaxed) >= inbound_in_crypto_limit_) {
     channel->in_crypto_.fetch_sub(1, std::memory_order_relaxed);
     channel->sa().counters().count(esp::DropReason::queue_full);
     pool_.release(packet);

@@ -13,7 +13,8 @@
 // Memory is bounded by the packet pool: the work queue can hold every packet, so a push
 // never fails, and when the pool is empty acquire() returns nullptr and the reader stops.
 // Per-SA bounds: max_in_flight packets outbound (more are dropped as queue-full before
-// they take a sequence number) and reorder_capacity sequence numbers held inbound.
+// they take a sequence number), max_inbound_in_crypto_per_sa packets in crypto and
+// reorder_capacity sequence numbers held inbound.
 #pragma once
 
 #include <array>
@@ -41,9 +42,16 @@ namespace espgw::pipeline {
 struct PipelineConfig {
   unsigned workers = 0;  // 0: one per online CPU
   bool pin_workers = false;
-  size_t pool_packets = 4096;                    // packets in existence: bounds every queue
-  size_t packet_capacity = 2048;                 // bytes per packet buffer (headroom included)
-  size_t max_in_flight_per_sa = 512;             // outbound packets between submit and delivery
+  size_t pool_packets = 4096;         // packets in existence: bounds every queue
+  size_t packet_capacity = 2048;      // bytes per packet buffer (headroom included)
+  size_t max_in_flight_per_sa = 512;  // outbound packets between submit and delivery
+  // Inbound packets of one SA in crypto (submitted, not yet staged); more are dropped as
+  // queue-full on the SA. 0: a quarter of the pool, at least max_in_flight_per_sa. Not the
+  // outbound bound: a reader cannot hold back one SA's packets (they share its socket),
+  // so what the pool absorbed before (a worker preempted for a few ms) would now be
+  // dropped; a quarter still leaves the other SAs three quarters of the pool when a flood
+  // of forged packets on one SPI fills its share.
+  size_t max_inbound_in_crypto_per_sa = 0;
   size_t reorder_capacity = 512;                 // inbound sequence numbers held per SA
   std::chrono::microseconds reorder_hold{1000};  // longest wait for a missing packet
   // When more entries than this (a reader's batch or one packet) wait in the work queue, the
@@ -216,6 +224,7 @@ class Pipeline {
   void timer_loop();
 
   PipelineConfig config_;
+  const size_t inbound_in_crypto_limit_;  // max_inbound_in_crypto_per_sa, resolved
   const uint64_t id_;  // distinguishes pipelines in each thread's cache of its slot
   // Shared with the channels' deleters, which may run after the pipeline is gone (then
   // they delete at once: nothing is in flight any more).

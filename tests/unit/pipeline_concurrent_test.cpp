@@ -404,7 +404,7 @@ TEST(PipelineConcurrent, InboundSkipsLostPacketsAfterTheHoldTime) {
                .hold = std::chrono::microseconds(2000)});
 }
 
-// One SA's packets in crypto are bounded inbound as outbound (max_in_flight_per_sa): a
+// One SA's packets in crypto are bounded inbound (max_inbound_in_crypto_per_sa): a
 // flood of forged packets on one SPI, which only the ICV check can tell from genuine ones,
 // is dropped as queue-full once the SA has its bound in the workers, and another SA's
 // packets still get in (they would have found the pool empty).
@@ -412,7 +412,7 @@ TEST(PipelineConcurrent, InboundPacketsInCryptoAreBoundedPerSa) {
   std::atomic<bool> open{false};
   PipelineConfig config;
   config.workers = 1;
-  config.max_in_flight_per_sa = 16;
+  config.max_inbound_in_crypto_per_sa = 16;
   config.submitter_assist_threshold = 0;  // this thread must not run into the gate itself
   config.before_crypto = [&](unsigned) {
     while (!open.load()) std::this_thread::yield();
