@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: install the dependencies, build every flavour and run all tests.
 #   fuzz  (clang + libFuzzer + ASan/UBSan): each fuzz target for ESPGW_FUZZ_SECONDS
-#   tsan  (ThreadSanitizer): the threaded tests (names containing "Concurrent")
+#   tsan  (ThreadSanitizer): the threaded tests (names containing "Concurrent") and the
+#         gateway driven through its control path (GatewayDynamicTest, ControlSocketTest)
 #   asan  (AddressSanitizer + UndefinedBehaviorSanitizer): every test but the "timing" ones
 #   release: every test; it runs last so that ctest's summary line closes the output.
 set -euo pipefail
@@ -22,9 +23,12 @@ ctest --test-dir build/fuzz --output-on-failure
 step "ThreadSanitizer build: threaded tests"
 cmake --preset tsan >/dev/null
 cmake --build build/tsan --target espgw_unit_tests espgw_xfrm_tests espgw_vici_tests \
-  espgw_daemon_tests
+  espgw_daemon_tests espgw_gateway_dynamic_tests
+# The daemon's own threads too: a real Gateway (TUN readers, workers, the SA state thread)
+# driven through its control path in a private namespace.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir build/tsan -R Concurrent --output-on-failure --no-tests=error
+  ctest --test-dir build/tsan -R 'Concurrent|GatewayDynamicTest|ControlSocketTest' \
+  --output-on-failure --no-tests=error
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer build: all tests"
 cmake --preset asan >/dev/null
