@@ -35,5 +35,19 @@ TEST(Lifetime, HardWinsOverSoft) {
   // A hard limit on one measure beats a soft one on another.
   EXPECT_EQ(check(limits, 0, 1000, 0), LifetimeState::hard);
 }
+
+TEST(SequenceLifetime, AskForARekeyWellBeforeTheCounterRunsOutAndStopAtIt) {
+  // Without ESN: soft with 2^28 numbers left, hard once 2^32 - 1 is used.
+  EXPECT_EQ(check_sequence(1, false), LifetimeState::none);
+  EXPECT_EQ(check_sequence(kSoftSequenceWithoutEsn - 1, false), LifetimeState::none);
+  EXPECT_EQ(check_sequence(kSoftSequenceWithoutEsn, false), LifetimeState::soft);
+  EXPECT_EQ(check_sequence(0xFFFFFFFEull, false), LifetimeState::soft);
+  EXPECT_EQ(check_sequence(0xFFFFFFFFull, false), LifetimeState::hard);
+  EXPECT_GE(0xFFFFFFFFull - kSoftSequenceWithoutEsn, uint64_t{1} << 28);
+  // With ESN the same numbers are nowhere near the end.
+  EXPECT_EQ(check_sequence(0xFFFFFFFFull, true), LifetimeState::none);
+  EXPECT_EQ(check_sequence(kSoftSequenceWithEsn, true), LifetimeState::soft);
+  EXPECT_EQ(check_sequence(~uint64_t{0}, true), LifetimeState::hard);
+}
 }  // namespace
 }  // namespace espgw::xfrm
