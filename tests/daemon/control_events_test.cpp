@@ -3,6 +3,7 @@
 // connection, and the queue of SA expiries that found no charon.
 #include <gtest/gtest.h>
 
+#include "daemon/config.h"
 #include "daemon/ike_rate_limiter.h"
 #include "daemon/pending_expiries.h"
 
@@ -51,6 +52,25 @@ TEST(IkeRateLimiter, SpoofedSourcesMeetTheGlobalCap) {
 TEST(IkeRateLimiter, ZeroMeansNoLimit) {
   IkeRateLimiter limiter({.per_source = 0, .global = 0}, 1);
   for (int i = 0; i < 100000; ++i) ASSERT_TRUE(limiter.admit(address("192.0.2.66"), kSecond));
+}
+
+TEST(IkeRateLimiter, ConfiguredByIkeRateLimit) {
+  const auto parse = [](const std::string& line) {
+    return parse_gateway_config_text("local-address = 192.0.2.1\nstatic-sa-file = s.conf\n" + line,
+                                     "gw.conf");
+  };
+  const auto defaults = parse("");
+  ASSERT_TRUE(defaults.config);
+  EXPECT_EQ(defaults.config->ike_rate_per_source, 5000u);
+  EXPECT_EQ(defaults.config->ike_rate_global, 20000u);
+  const auto set = parse("ike-rate-limit = 100   0\n");
+  ASSERT_TRUE(set.config) << set.errors.front();
+  EXPECT_EQ(set.config->ike_rate_per_source, 100u);
+  EXPECT_EQ(set.config->ike_rate_global, 0u);
+  const auto bad = parse("ike-rate-limit = 100\n");
+  EXPECT_FALSE(bad.config);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_NE(bad.errors[0].find("gw.conf:3: 'ike-rate-limit'"), std::string::npos) << bad.errors[0];
 }
 
 TEST(PendingExpiries, DeduplicatedBoundedOldestFirst) {
