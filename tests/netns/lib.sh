@@ -264,6 +264,7 @@ storm_round() {
   # makes it print its summary and stop, to reach it. -w: a backstop.
   ip netns exec "$LANA" ping -q -i 0.01 -W 1 -w 600 10.2.0.2 >"$WORK/$name.ping" 2>&1 &
   ping_pid=$!
+  PIDS+=("$ping_pid")  # the EXIT trap stops it if anything below fails
   sleep 0.3
   # Forged packets numbered just ahead of the genuine ones: those reach the ICV check.
   genuine=$(/usr/bin/python3 -c 'import json, sys
