@@ -275,6 +275,9 @@ print(sum(int(s["packets"]) for s in json.load(open(sys.argv[1]))["sas"].values(
   sleep 0.3
   kill -INT "$ping_pid" 2>/dev/null || true
   wait "$ping_pid" 2>/dev/null || true
+  local kept=() pid
+  for pid in "${PIDS[@]}"; do [[ $pid == "$ping_pid" ]] || kept+=("$pid"); done
+  PIDS=("${kept[@]}")  # gone: its number may be another process's by the EXIT trap
   sleep 1  # espgw finishes what it read, the reorder timer its gaps
   storm_snapshot "$WORK/$name.after"
   transmitted=$(sed -n 's/^\([0-9]*\) packets transmitted.*/\1/p' "$WORK/$name.ping")
