@@ -457,12 +457,12 @@ setup_espgw_charon() {  # setup_espgw_charon [MEMBERS]: MEMBERS > 1 makes an ECM
       path_fail "swanctl --initiate failed: $(first_error "$WORK/$PATH_NAME-swanctl-initiate.log")"
   fi
   # espgw installs the routes to the remote subnet itself, through espgw0 (proto 245).
-  wait_for 5 sh -c "ip -n '$GWA' route show proto 245 | grep -q '10.2.0.0/16.*espgw0'" ||
+  wait_for 5 sh -c "ip -n '$GWA' route show table all proto 245 | grep -q '10.2.0.0/16.*espgw0'" ||
     path_fail "espgw installed no route to 10.2.0.0/16 via espgw0 in gwA: $(ip -n "$GWA" route show table all | grep -v local)"
-  wait_for 5 sh -c "ip -n '$GWB' route show proto 245 | grep -q '10.1.0.0/16.*espgw0'" ||
+  wait_for 5 sh -c "ip -n '$GWB' route show table all proto 245 | grep -q '10.1.0.0/16.*espgw0'" ||
     path_fail "espgw installed no route to 10.1.0.0/16 via espgw0 in gwB"
-  meta routes_gwA "$(ip -n "$GWA" route show proto 245 | tr '\n' ';')"
-  meta routes_gwB "$(ip -n "$GWB" route show proto 245 | tr '\n' ';')"
+  meta routes_gwA "$(ip -n "$GWA" route show table all proto 245 | tr '\n' ';')"
+  meta routes_gwB "$(ip -n "$GWB" route show table all proto 245 | tr '\n' ';')"
   # The CHILD_SA as charon installed it (SPIs, ESP proposal, encapsulation), for the JSON.
   for side in a b; do
     swan --list-sas --uri "unix://$WORK/$PATH_NAME-charon-$side.vici" --raw \

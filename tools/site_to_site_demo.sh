@@ -46,7 +46,7 @@ log "swanctl --initiate --child net (on gwA):"
 initiate a || { cat "$WORK/swanctl-initiate.log"; exit 1; }
 grep -E 'established|installed' "$WORK/swanctl-initiate.log" | indent
 log "tunnel MTU on gwA: $(ip -n "$GWA" -o link show espgw0 | sed -n 's/.* mtu \([0-9]*\).*/\1/p'); routes espgw added:"
-ip -n "$GWA" route show proto 245 | indent
+ip -n "$GWA" route show table all proto 245 | indent
 
 log "ping lanA -> lanB through the tunnel:"
 in_ns "$LANA" ping -c 3 -i 0.2 10.2.0.2 | indent

@@ -49,6 +49,7 @@ class RtNetlink {
   // espgw's routes and remove_route never deletes a route somebody else installed. 245 is
   // not assigned in the kernel's uapi or iproute2's rt_protos.
   static constexpr uint8_t kRouteProtocol = 245;
+  static constexpr uint32_t kMainTable = 254;  // RT_TABLE_MAIN
 
   // Opens and binds the NETLINK_ROUTE socket. Throws std::system_error if that fails: the
   // object is useless without it, and it happens once at daemon start.
@@ -78,11 +79,49 @@ class RtNetlink {
   // device must be up (the kernel refuses IPv4 routes through a down device). An identical
   // route (same prefix and metric) fails with EEXIST; remove_route of a route that is not
   // there (or not ours) fails with ESRCH.
+  // `table`: the routing table (espgw's own, xfrm/fail_closed_routes.h, or the main one).
   Result add_route(const esp::IpPrefix& destination, std::string_view interface,
                    std::optional<uint32_t> metric = std::nullopt,
-                   std::optional<uint32_t> mtu = std::nullopt);
+                   std::optional<uint32_t> mtu = std::nullopt, uint32_t table = kMainTable);
   Result remove_route(const esp::IpPrefix& destination, std::string_view interface,
-                      std::optional<uint32_t> metric = std::nullopt);
+                      std::optional<uint32_t> metric = std::nullopt, uint32_t table = kMainTable);
+
+  // Routes without a device, also protocol kRouteProtocol: `prohibit` (the kernel refuses
+  // to send, the sender gets EACCES / ICMP administratively prohibited) and `throw` (the
+  // lookup leaves this table and goes on with the next rule). They outlive any device,
+  // which is what fail-closed routes need (xfrm/fail_closed_routes.h).
+  enum class RouteType : uint8_t { unicast, prohibit, throw_ };
+  Result add_typed_route(RouteType type, const esp::IpPrefix& destination, uint32_t table,
+                         uint32_t metric);
+  Result remove_typed_route(RouteType type, const esp::IpPrefix& destination, uint32_t table,
+                            uint32_t metric);
+  struct TableRoute {
+    esp::IpPrefix destination;
+    RouteType type = RouteType::unicast;
+    uint32_t metric = 0;
+    uint32_t output_interface = 0;  // 0: none (prohibit, throw)
+  };
+  // espgw's routes (protocol kRouteProtocol) in `table`, IPv4 and IPv6; other types than
+  // the three above are left out.
+  Result list_routes(uint32_t table, std::vector<TableRoute>& routes);
+
+  // Policy routing rules, with protocol kRouteProtocol: "priority P [from S] [to D]
+  // [ipproto N] [sport A-B] [dport C-D] lookup TABLE". Adding one that exists fails with
+  // EEXIST; removing one that is not there with ENOENT.
+  struct Rule {
+    int family = 4;  // 4 or 6
+    uint32_t priority = 0;
+    uint32_t table = kMainTable;
+    esp::IpPrefix source;       // length 0: any
+    esp::IpPrefix destination;  // length 0: any
+    uint8_t protocol = 0;       // 0: any
+    std::optional<std::pair<uint16_t, uint16_t>> source_ports;
+    std::optional<std::pair<uint16_t, uint16_t>> destination_ports;
+  };
+  Result add_rule(const Rule& rule);
+  Result remove_rule(const Rule& rule);
+  // espgw's rules (protocol kRouteProtocol) of both families.
+  Result list_rules(std::vector<Rule>& rules);
 
   // Asks the kernel which route it would use towards `destination` (RTM_GETROUTE) and
   // returns the MTU of that path: the route's MTU metric when it has one, bounded by the
@@ -100,8 +139,16 @@ class RtNetlink {
                   void* context = nullptr);
   Result set_link_flags(std::string_view interface, bool up);
   Result change_address(uint16_t type, std::string_view interface, const esp::IpPrefix& address);
-  Result change_route(uint16_t type, const esp::IpPrefix& destination, std::string_view interface,
-                      std::optional<uint32_t> metric, std::optional<uint32_t> mtu);
+  struct RouteRequest {
+    RouteType type = RouteType::unicast;
+    uint32_t table = kMainTable;
+    uint32_t output_interface = 0;  // unicast only
+    std::optional<uint32_t> metric;
+    std::optional<uint32_t> mtu;
+  };
+  Result change_route(uint16_t message_type, const esp::IpPrefix& destination,
+                      const RouteRequest& route, std::string what);
+  Result change_rule(uint16_t message_type, const Rule& rule);
   MtuResult link_mtu_by_index(uint32_t index, const std::string& what);
 
   struct SocketCloser {

@@ -300,6 +300,14 @@ Gateway::Gateway(GatewayConfig config)
       throw std::runtime_error(r.message);
   if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
   steer_tun_receive();
+  // Fail closed: espgw's routing table, with what an earlier run left in it, before any
+  // policy (xfrm/fail_closed_routes.h, xfrm/kernel_firewall.h).
+  if (!xfrm::firewall_interface_name_ok(tun_->name()))
+    throw std::runtime_error("tun-name '" + tun_->name() +
+                             "': the firewall rules need letters, digits, '_', '-' or '.' only");
+  firewall_ = std::make_unique<xfrm::KernelFirewall>();
+  routing_ = xfrm::routing_ids_for(tun_->name());
+  adopt_fail_closed_routes();
 
   if (!config_.control_socket.empty()) {
     // charon talks IKE through us before any SA exists: the NAT-T port and the IKE port
@@ -320,7 +328,18 @@ Gateway::Gateway(GatewayConfig config)
     xfrm::StaticConfig initial = std::move(static_config_);
     static_config_ = {};
     apply_static_locked(std::move(initial));
+    if (fail_closed_route_errors_ != 0)
+      throw std::runtime_error("fail closed: the kernel refused " +
+                               std::to_string(fail_closed_route_errors_) +
+                               " fail-closed route(s) (logged above); not starting");
+    // charon replays its policies after a restart of either daemon: with a control socket
+    // the routes of its last policies stay closed until it does.
+    if (config_.control_socket.empty()) remove_unused_fail_closed_routes_locked();
   }
+  if (!sync_kernel_firewall())
+    throw std::runtime_error(
+        "fail closed: the nftables table of the policies could not be "
+        "installed (logged above); not starting");
   const std::string workers = config_.run_to_completion
                                   ? std::string("no workers (readers run to completion)")
                                   : std::to_string(pipeline_->worker_count()) + " workers";
@@ -356,10 +375,17 @@ void Gateway::steer_tun_receive() {
 Gateway::~Gateway() {
   stop();
   pipeline_.reset();  // delivers what is in flight while sockets and TUN still exist
+  // Only the routes through the TUN device: the fail-closed routes and the firewall table
+  // keep the protected destinations closed until espgw runs again (or --release).
   for (const auto& [text, route] : routes_)
-    if (auto r = netlink_.remove_route(route.prefix, tun_->name()); !r)
+    if (auto r = netlink_.remove_route(route.prefix, tun_->name(), std::nullopt, routing_.table);
+        !r)
       log(LogLevel::warn, "%s", r.message.c_str());
-  log(LogLevel::info, "gateway down: routes removed, %s closed", tun_->name().c_str());
+  log(LogLevel::info,
+      "gateway down: routes through %s removed, %s closed; fail-closed routes (table %u), "
+      "bypass rules and nftables table %s kept (espgw --release removes them)",
+      tun_->name().c_str(), tun_->name().c_str(), routing_.table,
+      xfrm::firewall_table_name(tun_->name()).c_str());
 }
 
 unsigned Gateway::mtu_candidate(const esp::SaConfig& sa) {
@@ -614,27 +640,133 @@ bool Gateway::remove_sa_locked(const xfrm::SaId& key) {
 }
 
 void Gateway::add_route_use_locked(const xfrm::Policy& policy) {
-  if (policy.direction != xfrm::Direction::out || policy.action != xfrm::PolicyAction::protect)
-    return;
+  firewall_dirty_ = true;  // every policy is a rule of the firewall
+  if (policy.direction != xfrm::Direction::out) return;
+  if (policy.action == xfrm::PolicyAction::bypass)
+    add_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind::bypass, policy.selector);
+  if (policy.action != xfrm::PolicyAction::protect) return;
+  // The fail-closed route before the TUN route: the destination is never routable in clear.
+  add_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind::fail_closed,
+                               xfrm::fail_closed_selector(policy.selector.remote));
   auto& use = routes_[policy.selector.remote.to_string()];
   if (use.policies++ > 0) return;  // ours already
   use.prefix = policy.selector.remote;
-  auto r = netlink_.add_route(use.prefix, tun_->name());
+  auto r = netlink_.add_route(use.prefix, tun_->name(), std::nullopt, std::nullopt, routing_.table);
   if (!r && !r.already_exists())
     log(LogLevel::error, "%s", r.message.c_str());
   else if (r)
-    log(LogLevel::info, "route %s dev %s added", use.prefix.to_string().c_str(),
-        tun_->name().c_str());
+    log(LogLevel::info, "route %s dev %s table %u added", use.prefix.to_string().c_str(),
+        tun_->name().c_str(), routing_.table);
 }
 
 void Gateway::drop_route_use_locked(const xfrm::Policy& policy) {
-  if (policy.direction != xfrm::Direction::out || policy.action != xfrm::PolicyAction::protect)
-    return;
+  firewall_dirty_ = true;
+  if (policy.direction != xfrm::Direction::out) return;
+  if (policy.action == xfrm::PolicyAction::bypass)
+    drop_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind::bypass, policy.selector);
+  if (policy.action != xfrm::PolicyAction::protect) return;
   auto use = routes_.find(policy.selector.remote.to_string());
-  if (use == routes_.end() || --use->second.policies > 0) return;
-  if (auto r = netlink_.remove_route(use->second.prefix, tun_->name()); !r)
-    log(LogLevel::warn, "%s", r.message.c_str());
-  routes_.erase(use);
+  if (use != routes_.end() && --use->second.policies == 0) {
+    if (auto r =
+            netlink_.remove_route(use->second.prefix, tun_->name(), std::nullopt, routing_.table);
+        !r)
+      log(LogLevel::warn, "%s", r.message.c_str());
+    routes_.erase(use);
+  }
+  // After the TUN route: the destination stays closed to the last.
+  drop_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind::fail_closed,
+                                xfrm::fail_closed_selector(policy.selector.remote));
+}
+
+void Gateway::adopt_fail_closed_routes() {
+  if (auto r = xfrm::install_routing_rules(netlink_, routing_); !r)
+    throw std::runtime_error("fail closed: " + r.message);
+  std::vector<xfrm::RtNetlink::TableRoute> routes;
+  if (auto r = netlink_.list_routes(routing_.table, routes); !r)
+    throw std::runtime_error("fail closed: " + r.message);
+  std::vector<xfrm::RtNetlink::Rule> rules;
+  if (auto r = netlink_.list_rules(rules); !r)
+    throw std::runtime_error("fail closed: " + r.message);
+  size_t adopted = 0;
+  for (const auto& route : routes)
+    if (route.type == xfrm::RtNetlink::RouteType::prohibit) {
+      fail_closed_routes_.adopt(xfrm::FailClosedRouteSet::Kind::fail_closed,
+                                xfrm::fail_closed_selector(route.destination));
+      ++adopted;
+    }
+  for (const auto& rule : rules)
+    if (rule.priority == routing_.bypass_rule_priority &&
+        rule.table == xfrm::RtNetlink::kMainTable) {
+      fail_closed_routes_.adopt(xfrm::FailClosedRouteSet::Kind::bypass,
+                                xfrm::bypass_selector(rule));
+      ++adopted;
+    }
+  log(LogLevel::info,
+      "fail closed: routing table %u (rule priority %u, bypass rules %u), %zu fail-closed "
+      "route(s) or bypass rule(s) of an earlier run adopted",
+      routing_.table, routing_.table_rule_priority, routing_.bypass_rule_priority, adopted);
+}
+
+xfrm::Result Gateway::change_fail_closed_route(bool add, xfrm::FailClosedRouteSet::Kind kind,
+                                               const xfrm::Selector& selector) {
+  if (kind == xfrm::FailClosedRouteSet::Kind::bypass) {
+    const auto rule = xfrm::bypass_rule(selector, routing_.bypass_rule_priority);
+    return add ? netlink_.add_rule(rule) : netlink_.remove_rule(rule);
+  }
+  return add ? netlink_.add_typed_route(xfrm::RtNetlink::RouteType::prohibit, selector.remote,
+                                        routing_.table, xfrm::kFailClosedRouteMetric)
+             : netlink_.remove_typed_route(xfrm::RtNetlink::RouteType::prohibit, selector.remote,
+                                           routing_.table, xfrm::kFailClosedRouteMetric);
+}
+
+void Gateway::remove_unused_fail_closed_routes_locked() {
+  for (const auto& entry : fail_closed_routes_.unused()) {
+    const bool bypass = entry.kind == xfrm::FailClosedRouteSet::Kind::bypass;
+    const auto r = change_fail_closed_route(false, entry.kind, entry.selector);
+    if (!r && r.error != ESRCH && r.error != ENOENT)
+      log(LogLevel::warn, "%s", r.message.c_str());
+    else
+      log(LogLevel::info, "fail closed: %s %s of an earlier run removed (no policy needs it)",
+          bypass ? "bypass rule to" : "prohibit route", entry.selector.remote.to_string().c_str());
+    fail_closed_routes_.forget(entry.kind, entry.selector);
+  }
+  firewall_dirty_ = true;
+}
+
+void Gateway::add_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
+                                           const xfrm::Selector& selector) {
+  if (!fail_closed_routes_.use(kind, selector)) return;  // in the kernel already
+  const auto r = change_fail_closed_route(true, kind, selector);
+  if (r || r.already_exists()) return;
+  log(LogLevel::error, "fail closed: %s", r.message.c_str());
+  // A fail-closed route the kernel refused leaves the destination open without espgw.
+  if (kind == xfrm::FailClosedRouteSet::Kind::fail_closed) ++fail_closed_route_errors_;
+}
+
+void Gateway::drop_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
+                                            const xfrm::Selector& selector) {
+  if (!fail_closed_routes_.release(kind, selector, keep_fail_closed_routes_)) return;
+  const auto r = change_fail_closed_route(false, kind, selector);
+  if (!r && r.error != ESRCH && r.error != ENOENT) log(LogLevel::warn, "%s", r.message.c_str());
+}
+
+bool Gateway::sync_kernel_firewall() {
+  xfrm::FirewallSpec spec;
+  {
+    std::lock_guard lock(control_mutex_);
+    if (!firewall_dirty_) return true;
+    firewall_dirty_ = false;
+    spec.tun_name = tun_->name();
+    spec.policies = forwarding_.load()->spd->list();
+    spec.fail_closed_prefixes = fail_closed_routes_.fail_closed_prefixes();
+  }
+  // Without the lock: nft takes a while with many policies, and charon's changes go on.
+  const auto r = firewall_->run(xfrm::firewall_ruleset(spec), "installing the policies' rules");
+  if (r) return true;
+  log(LogLevel::error, "%s", r.message.c_str());
+  std::lock_guard lock(control_mutex_);
+  firewall_dirty_ = true;  // the next call tries again
+  return false;
 }
 
 void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon) {
@@ -806,7 +938,11 @@ size_t Gateway::clear_dynamic_policies() {
   std::vector<uint32_t> ids;
   for (const auto& [id, installed] : policies_)
     if (installed.from_charon) ids.push_back(id);
+  // A charon that went away (or flushed) will install its policies again: until then their
+  // destinations stay closed (fail-closed routes kept, without a user).
+  keep_fail_closed_routes_ = true;
   for (const uint32_t id : ids) remove_policy_locked(id);
+  keep_fail_closed_routes_ = false;
   return ids.size();
 }
 

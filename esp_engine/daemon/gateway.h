@@ -27,6 +27,8 @@
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "xfrm/fail_closed_routes.h"
+#include "xfrm/kernel_firewall.h"
 #include "xfrm/key_fingerprint.h"
 #include "xfrm/netlink.h"
 #include "xfrm/spd.h"
@@ -77,6 +79,11 @@ class Gateway {
   // limit takes the SA out of service. Called every 100 ms, so an SA may overshoot its hard
   // limit by up to 100 ms of traffic.
   void enforce_lifetimes();
+  // Brings the kernel firewall (xfrm/kernel_firewall.h) in line with the policies when
+  // they changed since the last call. Called with enforce_lifetimes, every 100 ms, so
+  // that a burst of charon's changes costs one nft transaction, not one each. False (and
+  // logged; tried again on the next call) when nft refused it.
+  bool sync_kernel_firewall();
 
   // --- The control path (charon through the control socket; docs/strongswan.md). ---
   // charon's SAs and policies, one change at a time. A change touches only what it names:
@@ -167,6 +174,19 @@ class Gateway {
   void drop_group_if_empty_locked(uint32_t reqid);
   void add_route_use_locked(const xfrm::Policy& policy);
   void drop_route_use_locked(const xfrm::Policy& policy);
+  // Fail closed (xfrm/fail_closed_routes.h): the rules to espgw's routing table, and the
+  // routes an earlier run left there, adopted.
+  void adopt_fail_closed_routes();
+  // Removes the adopted routes no policy needs; only done where nothing else will claim
+  // them (no control socket: charon replays its policies after a restart).
+  void remove_unused_fail_closed_routes_locked();
+  // A fail-closed route (`selector.remote`) or a bypass rule, kept by use counts.
+  void add_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
+                                    const xfrm::Selector& selector);
+  void drop_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
+                                     const xfrm::Selector& selector);
+  xfrm::Result change_fail_closed_route(bool add, xfrm::FailClosedRouteSet::Kind kind,
+                                        const xfrm::Selector& selector);
   // The TUN MTU an outbound SA allows: its peer's path MTU (looked up once per peer)
   // minus the worst-case ESP overhead. Also raises max_path_mtu_.
   unsigned mtu_candidate(const esp::SaConfig& sa);
@@ -221,6 +241,16 @@ class Gateway {
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
   std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
   std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
+  // espgw's routing table (all its routes) and rule priorities, its fail-closed routes
+  // and bypass rules.
+  xfrm::RoutingIds routing_;
+  xfrm::FailClosedRouteSet fail_closed_routes_;
+  // Set while charon's policies are cleared for a new charon: their fail-closed routes stay.
+  bool keep_fail_closed_routes_ = false;
+  unsigned fail_closed_route_errors_ = 0;  // routes the kernel refused (startup stops on any)
+  // The nftables table of the policies; rewritten by sync_kernel_firewall when dirty.
+  std::unique_ptr<xfrm::KernelFirewall> firewall_;
+  bool firewall_dirty_ = true;  // under control_mutex_
   std::map<std::string, uint32_t> path_mtus_;     // route MTU by address (peers, local selectors)
   std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
   std::multiset<unsigned> lan_mtu_candidates_;    // one per inbound SA with local selectors

@@ -1,7 +1,9 @@
 // espgw: the userspace ESP gateway daemon.
 //   espgw -c /etc/espgw/espgw.conf
-// Signals: SIGTERM/SIGINT stop (routes and the TUN device are removed), SIGHUP re-reads
+// Signals: SIGTERM/SIGINT stop (the TUN device and its routes are removed; the fail-closed
+// routes and the nftables table stay, see --release), SIGHUP re-reads
 // the static SA file, SIGUSR1 logs every counter.
+#include <net/if.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -17,13 +19,53 @@
 #include "daemon/control_service.h"
 #include "daemon/gateway.h"
 #include "daemon/log.h"
+#include "xfrm/fail_closed_routes.h"
+#include "xfrm/kernel_firewall.h"
 
 using namespace espgw::daemon;
 
 namespace {
 
 void usage() {
-  std::fprintf(stderr, "usage: espgw -c CONFIG_FILE\n       espgw --check -c CONFIG_FILE\n");
+  std::fprintf(stderr,
+               "usage: espgw -c CONFIG_FILE\n       espgw --check -c CONFIG_FILE\n"
+               "       espgw --release -c CONFIG_FILE\n");
+}
+
+// --release: opens the protected destinations again after espgw stopped for good. espgw
+// leaves its fail-closed routes and its nftables table behind on purpose (SIGTERM, crash),
+// so that nothing leaves in clear while it is not running; this removes them, for the
+// instance of CONFIG_FILE's tun-name (docs/security.md, "Fail closed").
+int release_fail_closed(const GatewayConfig& config) {
+  if (if_nametoindex(config.tun_name.c_str()) != 0) {
+    std::fprintf(stderr, "espgw --release: %s exists, so espgw is running; stop it first\n",
+                 config.tun_name.c_str());
+    return 1;
+  }
+  if (!espgw::xfrm::firewall_interface_name_ok(config.tun_name)) {
+    std::fprintf(stderr, "espgw --release: tun-name '%s' is not one espgw runs with\n",
+                 config.tun_name.c_str());
+    return 1;
+  }
+  int status = 0;
+  espgw::xfrm::RtNetlink netlink;
+  const auto routing = espgw::xfrm::routing_ids_for(config.tun_name);
+  size_t removed = 0;
+  if (auto r = espgw::xfrm::release_routing(netlink, routing, removed); !r) {
+    std::fprintf(stderr, "espgw --release: %s\n", r.message.c_str());
+    status = 1;
+  }
+  espgw::xfrm::KernelFirewall firewall;
+  if (auto r = firewall.run(espgw::xfrm::firewall_removal(config.tun_name), "removing the table");
+      !r) {
+    std::fprintf(stderr, "espgw --release: %s\n", r.message.c_str());
+    status = 1;
+  }
+  std::fprintf(stderr,
+               "espgw --release: %zu route(s) of table %u and bypass rule(s) removed, the "
+               "table's rules too; nftables table inet %s removed\n",
+               removed, routing.table, espgw::xfrm::firewall_table_name(config.tun_name).c_str());
+  return status;
 }
 
 // A core dump (or a debugger attached by another user) would show every SA's key: espgw
@@ -52,12 +94,15 @@ int main(int argc, char** argv) {
   forbid_core_dumps();
   std::string config_path;
   bool check_only = false;
+  bool release = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg == "-c" || arg == "--config") && i + 1 < argc) {
       config_path = argv[++i];
     } else if (arg == "--check") {
       check_only = true;
+    } else if (arg == "--release") {
+      release = true;
     } else {
       usage();
       return 2;
@@ -72,6 +117,7 @@ int main(int argc, char** argv) {
     for (const auto& error : parsed.errors) std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
+  if (release) return release_fail_closed(*parsed.config);
   if (check_only) {
     std::fprintf(stderr, "%s: OK\n", config_path.c_str());
     return 0;
@@ -113,6 +159,7 @@ int main(int argc, char** argv) {
       if (signal == SIGHUP) gateway.reload();
       if (signal == SIGUSR1) gateway.log_counters();
       gateway.enforce_lifetimes();
+      gateway.sync_kernel_firewall();  // the policies' nft rules, when they changed
       if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
         gateway.log_counters();
         next_stats += interval;

@@ -5,6 +5,7 @@
 // runs: TUN device, raw ESP socket, rtnetlink, pipeline workers, inside a private network namespace
 // the test process makes for itself (needs root; skipped with the reason otherwise). Routes are
 // read back from /proc/net/route, not through espgw's netlink code.
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -33,6 +35,7 @@
 #include "support/rfc1071_checksum.h"
 #include "util/byte_order.h"
 #include "vici_bridge/vici_client.h"
+#include "xfrm/fail_closed_routes.h"
 #include "xfrm/netlink.h"
 
 namespace espgw::daemon {
@@ -86,18 +89,28 @@ xfrm::Policy out_policy(uint32_t id, uint32_t reqid, const char* remote) {
 }
 
 // Destinations of the routes through `device`, as the kernel lists them.
+// espgw's routes through `device`, as /proc/net/route writes them (hex, as the bytes lie):
+// they live in the instance's own table (xfrm/fail_closed_routes.h), and /proc/net/route
+// shows only the main one.
 std::set<std::string> kernel_routes(const std::string& device) {
-  std::ifstream file("/proc/net/route");
-  std::string line;
-  std::getline(file, line);  // header
-  std::set<std::string> routes;
-  while (std::getline(file, line)) {
-    std::istringstream fields(line);
-    std::string name, destination, gateway, flags, refcnt, use, metric, mask;
-    fields >> name >> destination >> gateway >> flags >> refcnt >> use >> metric >> mask;
-    if (name == device) routes.insert(destination + "/" + mask);
+  xfrm::RtNetlink netlink;
+  std::vector<xfrm::RtNetlink::TableRoute> routes;
+  EXPECT_TRUE(netlink.list_routes(xfrm::routing_ids_for(device).table, routes).ok);
+  const uint32_t index = if_nametoindex(device.c_str());
+  std::set<std::string> texts;
+  for (const auto& route : routes) {
+    if (route.type != xfrm::RtNetlink::RouteType::unicast || route.output_interface != index ||
+        route.destination.address.family != 4)
+      continue;
+    uint32_t destination = 0;
+    std::memcpy(&destination, route.destination.address.bytes.data(), 4);
+    const uint8_t length = route.destination.length;
+    const uint32_t mask = length == 0 ? 0 : htonl(~uint32_t{0} << (32 - length));
+    char text[24];
+    std::snprintf(text, sizeof text, "%08X/%08X", destination, mask);
+    texts.insert(text);
   }
-  return routes;
+  return texts;
 }
 
 const GroupStatus* find_group(const GatewayStatus& status, uint32_t reqid) {

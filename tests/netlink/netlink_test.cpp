@@ -467,6 +467,70 @@ TEST_F(RtNetlinkTest, Ipv6RouteAddRemove) {
   EXPECT_FALSE(contains(ipv6_routes(), "2001:db8:5::/48 dev espgw0 metric 1024"));
 }
 
+// Fail-closed routing (xfrm/fail_closed_routes.h): a table of espgw's own, prohibit routes
+// that need no device, rules with selectors, and the dumps that find them again.
+TEST_F(RtNetlinkTest, OwnTableProhibitRoutesAndRules) {
+  bring_up("espgw0");
+  constexpr uint32_t kTable = 0x45001234;
+  ASSERT_TRUE(
+      netlink_->add_route(prefix("10.2.0.0/16"), "espgw0", std::nullopt, std::nullopt, kTable).ok);
+  auto prohibit = netlink_->add_typed_route(RtNetlink::RouteType::prohibit, prefix("10.2.0.0/16"),
+                                            kTable, 4096);
+  ASSERT_TRUE(prohibit.ok) << prohibit.message;
+  ASSERT_TRUE(
+      netlink_->add_typed_route(RtNetlink::RouteType::prohibit, prefix("fd00:2::/64"), kTable, 4096)
+          .ok);
+  EXPECT_TRUE(
+      netlink_->add_typed_route(RtNetlink::RouteType::prohibit, prefix("10.2.0.0/16"), kTable, 4096)
+          .already_exists());
+  std::vector<RtNetlink::TableRoute> routes;
+  ASSERT_TRUE(netlink_->list_routes(kTable, routes).ok);
+  ASSERT_EQ(routes.size(), 3u);
+  size_t prohibits = 0;
+  for (const auto& route : routes)
+    if (route.type == RtNetlink::RouteType::prohibit) {
+      ++prohibits;
+      EXPECT_EQ(route.metric, 4096u);
+    }
+  EXPECT_EQ(prohibits, 2u);
+  // The main table knows nothing of them.
+  std::vector<RtNetlink::TableRoute> main_routes;
+  ASSERT_TRUE(netlink_->list_routes(RtNetlink::kMainTable, main_routes).ok);
+  EXPECT_TRUE(main_routes.empty());
+
+  RtNetlink::Rule rule;
+  rule.family = 4;
+  rule.priority = 31000;
+  rule.source = prefix("10.1.0.0/16");
+  rule.destination = prefix("10.2.99.0/24");
+  rule.protocol = 17;
+  rule.destination_ports = std::pair<uint16_t, uint16_t>{53, 53};
+  auto added = netlink_->add_rule(rule);
+  ASSERT_TRUE(added.ok) << added.message;
+  EXPECT_TRUE(netlink_->add_rule(rule).already_exists());
+  std::vector<RtNetlink::Rule> rules;
+  ASSERT_TRUE(netlink_->list_rules(rules).ok);
+  ASSERT_EQ(rules.size(), 1u);  // only ours (protocol 245), not the kernel's three
+  EXPECT_EQ(rules[0].priority, 31000u);
+  EXPECT_EQ(rules[0].table, RtNetlink::kMainTable);
+  EXPECT_EQ(rules[0].source.to_string(), "10.1.0.0/16");
+  EXPECT_EQ(rules[0].destination.to_string(), "10.2.99.0/24");
+  EXPECT_EQ(rules[0].protocol, 17);
+  EXPECT_FALSE(rules[0].source_ports);
+  ASSERT_TRUE(rules[0].destination_ports);
+  EXPECT_EQ(rules[0].destination_ports->first, 53);
+  ASSERT_TRUE(netlink_->remove_rule(rule).ok);
+  EXPECT_EQ(netlink_->remove_rule(rule).error, ENOENT);
+
+  ASSERT_TRUE(
+      netlink_
+          ->remove_typed_route(RtNetlink::RouteType::prohibit, prefix("10.2.0.0/16"), kTable, 4096)
+          .ok);
+  routes.clear();
+  ASSERT_TRUE(netlink_->list_routes(kTable, routes).ok);
+  EXPECT_EQ(routes.size(), 2u);
+}
+
 TEST_F(RtNetlinkTest, RouteMtuMetricIsInstalled) {
   bring_up("espgw0");
   ASSERT_TRUE(netlink_->add_route(prefix("10.14.0.0/16"), "espgw0", std::nullopt, 1400).ok);

@@ -219,15 +219,26 @@ show_drops() {
   echo "--- drops along the path: $(path_drops)"
 }
 
-stop_gateway() {  # stop_gateway NS SIDE: SIGTERM, then the TUN device and routes are gone
-  local ns=$1 side=$2 pid
+# espgw's routes of both families in every table (its own table holds them), as `ip` lists them.
+espgw_routes() {  # espgw_routes NS
+  ip -n "$1" route show table all proto 245
+  ip -n "$1" -6 route show table all proto 245
+}
+
+# stop_gateway NS SIDE: SIGTERM, then the TUN device and the routes through it are gone,
+# and the fail-closed (prohibit) routes and the nftables table stay (docs/security.md).
+stop_gateway() {
+  local ns=$1 side=$2 pid routes
   eval "pid=\$PID_$side"
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
+  routes=$(espgw_routes "$ns")  # (grep -q on a pipe would fail it with SIGPIPE under pipefail)
   if ip -n "$ns" link show espgw0 >/dev/null 2>&1; then fail "$ns: espgw0 still exists after SIGTERM"
-  elif ip -n "$ns" route show proto 245 | grep -q . || ip -n "$ns" -6 route show proto 245 | grep -q .; then
-    fail "$ns: espgw routes left after SIGTERM"
-  else pass "$ns: SIGTERM removed espgw0 and its routes"; fi
+  elif grep -q "dev espgw0" <<<"$routes"; then
+    fail "$ns: routes through espgw0 left after SIGTERM"; echo "$routes"
+  elif ! grep -q "^prohibit" <<<"$routes" || ! in_ns "$ns" nft list table inet espgw_espgw0 >/dev/null 2>&1; then
+    fail "$ns: fail-closed routes or the nftables table gone after SIGTERM"; echo "$routes"
+  else pass "$ns: SIGTERM removed espgw0 and its routes, kept the fail-closed routes and nft table"; fi
 }
 
 # --- Storms (tests/netns/storm.py): hostile datagrams at gwB while lanA pings lanB. Used by

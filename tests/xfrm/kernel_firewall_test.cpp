@@ -1,0 +1,143 @@
+// The nft command text espgw builds from policies (xfrm/kernel_firewall.h): no kernel
+// needed. The netns scenario `failclosed` (tests/netns/site_to_site.sh) runs it for real.
+#include "xfrm/kernel_firewall.h"
+
+#include <gtest/gtest.h>
+
+namespace espgw::xfrm {
+namespace {
+
+esp::IpPrefix prefix(const char* text) {
+  return *esp::IpPrefix::parse(text);
+}
+
+Policy policy(uint32_t id, Direction direction, const char* local, const char* remote,
+              PolicyAction action, uint32_t priority = 0) {
+  Policy p;
+  p.id = id;
+  p.direction = direction;
+  p.selector.local = prefix(local);
+  p.selector.remote = prefix(remote);
+  p.action = action;
+  p.priority = priority;
+  p.reqid = action == PolicyAction::protect ? 1 : 0;
+  return p;
+}
+
+size_t position(const std::string& text, const std::string& what) {
+  const size_t at = text.find(what);
+  EXPECT_NE(at, std::string::npos) << what << " not in\n" << text;
+  return at;
+}
+
+TEST(KernelFirewall, MatchIsOrientedAsThePacketCarriesIt) {
+  // In and fwd packets come from the remote side; out packets go to it.
+  EXPECT_EQ(firewall_match(
+                policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect)),
+            "meta nfproto ipv4 ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16");
+  EXPECT_EQ(firewall_match(
+                policy(1, Direction::out, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect)),
+            "meta nfproto ipv4 ip saddr 10.1.0.0/16 ip daddr 10.2.0.0/16");
+  EXPECT_EQ(
+      firewall_match(policy(1, Direction::in, "fd00:1::/64", "fd00:2::/64", PolicyAction::protect)),
+      "meta nfproto ipv6 ip6 saddr fd00:2::/64 ip6 daddr fd00:1::/64");
+}
+
+TEST(KernelFirewall, ProtocolAndPortsWhenTheSelectorHasThem) {
+  Policy p = policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect);
+  p.selector.protocol = 17;
+  p.selector.local_ports = {53, 53};
+  p.selector.remote_ports = {1024, 65535};
+  // fwd: the remote side's port is the source port.
+  EXPECT_EQ(firewall_match(p),
+            "meta nfproto ipv4 ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16 meta l4proto 17 "
+            "th sport 1024-65535 th dport 53");
+  p.direction = Direction::out;
+  EXPECT_EQ(firewall_match(p),
+            "meta nfproto ipv4 ip saddr 10.1.0.0/16 ip daddr 10.2.0.0/16 meta l4proto 17 "
+            "th sport 53 th dport 1024-65535");
+}
+
+TEST(KernelFirewall, AnyPrefixesStillMatchTheFamilyOnly) {
+  EXPECT_EQ(
+      firewall_match(policy(1, Direction::in, "0.0.0.0/0", "0.0.0.0/0", PolicyAction::discard)),
+      "meta nfproto ipv4");
+  EXPECT_EQ(firewall_match(policy(1, Direction::in, "::/0", "fd00:2::/64", PolicyAction::bypass)),
+            "meta nfproto ipv6 ip6 saddr fd00:2::/64");
+}
+
+TEST(KernelFirewall, RulesetPerHookInPolicyOrderWithVerdicts) {
+  FirewallSpec spec;
+  spec.tun_name = "espgw0";
+  // Spd::list() order: out first, then in, then fwd, each in lookup order.
+  spec.policies = {
+      policy(1, Direction::out, "10.1.0.0/16", "10.2.5.0/24", PolicyAction::bypass),
+      policy(2, Direction::out, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect),
+      policy(3, Direction::in, "192.0.2.1/32", "10.2.0.0/16", PolicyAction::protect),
+      policy(4, Direction::fwd, "10.1.0.0/16", "10.2.5.0/24", PolicyAction::bypass),
+      policy(5, Direction::fwd, "10.1.0.0/16", "10.2.9.0/24", PolicyAction::discard),
+      policy(6, Direction::fwd, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect),
+  };
+  spec.fail_closed_prefixes = {prefix("10.2.0.0/16"), prefix("fd00:2::/64")};
+  const std::string text = firewall_ruleset(spec);
+
+  // Replaced whole in one transaction, whether or not it was there.
+  EXPECT_EQ(text.rfind("table inet espgw_espgw0 {}\ndelete table inet espgw_espgw0\n", 0), 0u);
+  const size_t input = position(text, "chain input {");
+  const size_t forward = position(text, "chain forward {");
+  const size_t output = position(text, "chain output {");
+  position(text, "type filter hook input priority filter - 10; policy accept;");
+  position(text, "chain from_tunnel_only {\n    iifname \"espgw0\" accept\n    counter drop\n");
+  position(text, "chain to_tunnel_only {\n    oifname \"espgw0\" accept\n    counter drop\n");
+
+  const size_t in_protect =
+      position(text, "ip saddr 10.2.0.0/16 ip daddr 192.0.2.1/32 goto from_tunnel_only\n");
+  EXPECT_GT(in_protect, input);
+  EXPECT_LT(in_protect, forward);
+  // fwd: bypass and discard before the protect they carve out of, as the SPD orders them.
+  const size_t fwd_bypass = position(text, "ip saddr 10.2.5.0/24 ip daddr 10.1.0.0/16 accept\n");
+  const size_t fwd_discard =
+      position(text, "ip saddr 10.2.9.0/24 ip daddr 10.1.0.0/16 counter drop\n");
+  const size_t fwd_protect =
+      position(text, "ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16 goto from_tunnel_only\n");
+  EXPECT_GT(fwd_bypass, forward);
+  EXPECT_LT(fwd_bypass, fwd_discard);
+  EXPECT_LT(fwd_discard, fwd_protect);
+  EXPECT_LT(fwd_protect, output);
+  // out: in the forward hook (after fwd) and the output hook, bypass first.
+  const std::string out_bypass = "ip saddr 10.1.0.0/16 ip daddr 10.2.5.0/24 accept\n";
+  const std::string out_protect = "ip saddr 10.1.0.0/16 ip daddr 10.2.0.0/16 goto to_tunnel_only\n";
+  EXPECT_GT(text.find(out_bypass, forward), fwd_protect);
+  EXPECT_LT(text.find(out_bypass, forward), text.find(out_protect, forward));
+  EXPECT_LT(text.find(out_protect, forward), output);
+  EXPECT_GT(text.find(out_bypass, output), output);
+  EXPECT_LT(text.find(out_bypass, output), text.find(out_protect, output));
+  // The fail-closed prefixes close each outbound chain.
+  const std::string closed4 =
+      "meta nfproto ipv4 ip daddr 10.2.0.0/16 oifname != \"espgw0\" counter drop\n";
+  const std::string closed6 =
+      "meta nfproto ipv6 ip6 daddr fd00:2::/64 oifname != \"espgw0\" counter drop\n";
+  EXPECT_GT(text.find(closed4, forward), text.find(out_protect, forward));
+  EXPECT_LT(text.find(closed6, forward), output);
+  EXPECT_GT(text.find(closed4, output), text.find(out_protect, output));
+  EXPECT_NE(text.find(closed6, output), std::string::npos);
+  EXPECT_EQ(text.find(closed4, output), text.rfind(closed4));
+}
+
+TEST(KernelFirewall, TableNamesAndInterfaceNames) {
+  EXPECT_EQ(firewall_table_name("espgw0"), "espgw_espgw0");
+  EXPECT_EQ(firewall_table_name("gw-1.a"), "espgw_gw_x2d1_x2ea");
+  EXPECT_TRUE(firewall_interface_name_ok("espgw0"));
+  EXPECT_TRUE(firewall_interface_name_ok("gw-1.a_b"));
+  // Nothing that could end the quoted string or start another command.
+  EXPECT_FALSE(firewall_interface_name_ok("a\"b"));
+  EXPECT_FALSE(firewall_interface_name_ok("a;b"));
+  EXPECT_FALSE(firewall_interface_name_ok("a b"));
+  EXPECT_FALSE(firewall_interface_name_ok(""));
+  EXPECT_FALSE(firewall_interface_name_ok("sixteen-chars-xx"));
+  EXPECT_EQ(firewall_removal("espgw0"),
+            "table inet espgw_espgw0 {}\ndelete table inet espgw_espgw0\n");
+}
+
+}  // namespace
+}  // namespace espgw::xfrm

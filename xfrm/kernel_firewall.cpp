@@ -1,0 +1,158 @@
+#include "xfrm/kernel_firewall.h"
+
+#include <nftables/libnftables.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace espgw::xfrm {
+namespace {
+
+bool name_character_ok(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+std::string port_range_text(const PortRange& range) {
+  if (range.first == range.last) return std::to_string(range.first);
+  return std::to_string(range.first) + "-" + std::to_string(range.last);
+}
+
+// Chains a protect rule jumps to: what came through (or leaves through) the TUN device is
+// accepted, the rest is counted and dropped.
+constexpr std::string_view kFromTunnelOnly = "from_tunnel_only";
+constexpr std::string_view kToTunnelOnly = "to_tunnel_only";
+
+std::string verdict(const Policy& policy) {
+  switch (policy.action) {
+    case PolicyAction::protect:
+      return "goto " +
+             std::string(policy.direction == Direction::out ? kToTunnelOnly : kFromTunnelOnly);
+    case PolicyAction::bypass:
+      return "accept";
+    case PolicyAction::discard:
+      return "counter drop";
+  }
+  return "counter drop";
+}
+
+void add_rules(std::string& text, const std::vector<Policy>& policies, Direction direction) {
+  for (const auto& policy : policies)
+    if (policy.direction == direction)
+      text += "    " + firewall_match(policy) + " " + verdict(policy) + "\n";
+}
+
+void add_fail_closed(std::string& text, const FirewallSpec& spec) {
+  for (const auto& prefix : spec.fail_closed_prefixes) {
+    const bool v4 = prefix.address.family == 4;
+    text += std::string("    meta nfproto ") + (v4 ? "ipv4" : "ipv6");
+    if (prefix.length != 0)
+      text += std::string(v4 ? " ip" : " ip6") + " daddr " + prefix.to_string();
+    text += " oifname != \"" + spec.tun_name + "\" counter drop\n";
+  }
+}
+
+}  // namespace
+
+bool firewall_interface_name_ok(std::string_view tun_name) {
+  if (tun_name.empty() || tun_name.size() > 15) return false;
+  for (const char c : tun_name)
+    if (!name_character_ok(c) && c != '-' && c != '.') return false;
+  return true;
+}
+
+std::string firewall_table_name(std::string_view tun_name) {
+  std::string name = "espgw_";
+  for (const char c : tun_name) {
+    if (name_character_ok(c)) {
+      name += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "_x%02x",
+                    static_cast<unsigned>(static_cast<uint8_t>(c)));
+      name += escaped;
+    }
+  }
+  return name;
+}
+
+std::string firewall_match(const Policy& policy) {
+  const Selector& selector = policy.selector;
+  const bool outbound = policy.direction == Direction::out;
+  // Selectors name local and remote; a packet of `in` or `fwd` comes from the remote side.
+  const esp::IpPrefix& source = outbound ? selector.local : selector.remote;
+  const esp::IpPrefix& destination = outbound ? selector.remote : selector.local;
+  const PortRange& source_ports = outbound ? selector.local_ports : selector.remote_ports;
+  const PortRange& destination_ports = outbound ? selector.remote_ports : selector.local_ports;
+  const bool v4 = selector.local.address.family == 4;
+  const char* ip = v4 ? "ip" : "ip6";
+  // The family is matched even when both prefixes are "any": an IPv4 selector never
+  // matches an IPv6 packet (Selector::matches).
+  std::string match = std::string("meta nfproto ") + (v4 ? "ipv4" : "ipv6");
+  if (source.length != 0) match += std::string(" ") + ip + " saddr " + source.to_string();
+  if (destination.length != 0) match += std::string(" ") + ip + " daddr " + destination.to_string();
+  if (selector.protocol != 0) match += " meta l4proto " + std::to_string(selector.protocol);
+  // Like the SPD, a port range never matches a packet whose ports are unknown: nft's
+  // transport header match does not match a non-first fragment.
+  if (!source_ports.is_any()) match += " th sport " + port_range_text(source_ports);
+  if (!destination_ports.is_any()) match += " th dport " + port_range_text(destination_ports);
+  return match;
+}
+
+std::string firewall_ruleset(const FirewallSpec& spec) {
+  const std::string table = "table inet " + firewall_table_name(spec.tun_name);
+  const std::string tun = "\"" + spec.tun_name + "\"";
+  // Declaring the table first makes the delete succeed whether or not it existed; the
+  // three commands are one transaction, so no packet sees the table empty.
+  std::string text = table + " {}\ndelete " + table + "\n" + table + " {\n";
+  text += "  chain " + std::string(kFromTunnelOnly) + " {\n    iifname " + tun +
+          " accept\n    counter drop\n  }\n";
+  text += "  chain " + std::string(kToTunnelOnly) + " {\n    oifname " + tun +
+          " accept\n    counter drop\n  }\n";
+  // Before the usual filter chains (priority 0), so that an accept elsewhere does not
+  // matter: every base chain of every table sees the packet.
+  text += "  chain input {\n    type filter hook input priority filter - 10; policy accept;\n";
+  add_rules(text, spec.policies, Direction::in);
+  text += "  }\n";
+  text += "  chain forward {\n    type filter hook forward priority filter - 10; policy accept;\n";
+  add_rules(text, spec.policies, Direction::fwd);
+  add_rules(text, spec.policies, Direction::out);
+  add_fail_closed(text, spec);
+  text += "  }\n";
+  text += "  chain output {\n    type filter hook output priority filter - 10; policy accept;\n";
+  add_rules(text, spec.policies, Direction::out);
+  add_fail_closed(text, spec);
+  text += "  }\n}\n";
+  return text;
+}
+
+std::string firewall_removal(std::string_view tun_name) {
+  const std::string table = "table inet " + firewall_table_name(tun_name);
+  return table + " {}\ndelete " + table + "\n";
+}
+
+void KernelFirewall::ContextFree::operator()(nft_ctx* context) const {
+  nft_ctx_free(context);
+}
+
+KernelFirewall::KernelFirewall() : context_(nft_ctx_new(NFT_CTX_DEFAULT)) {
+  if (!context_) throw std::runtime_error("nftables: no libnftables context");
+  // Errors (and any output) into buffers, for our log, not onto stderr.
+  nft_ctx_buffer_output(context_.get());
+  nft_ctx_buffer_error(context_.get());
+}
+
+KernelFirewall::~KernelFirewall() = default;
+
+Result KernelFirewall::run(const std::string& commands, std::string_view what) {
+  if (nft_run_cmd_from_buffer(context_.get(), commands.c_str()) == 0) return {};
+  Result result;
+  result.ok = false;
+  result.error = EIO;  // nft reports text, not an errno
+  std::string detail = nft_ctx_get_error_buffer(context_.get());
+  while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
+  result.message = "nftables: " + std::string(what) + " failed" +
+                   (detail.empty() ? std::string() : ": " + detail);
+  return result;
+}
+
+}  // namespace espgw::xfrm

@@ -1,0 +1,76 @@
+// Inbound policy enforcement (and a second fail-closed layer for outbound) in the kernel,
+// through nftables (libnftables).
+//
+// The kernel's own IPsec drops cleartext that arrives from outside the tunnel for a
+// protected selector; espgw only sees what reaches its TUN device, so a table of its own,
+// `table inet espgw_<tun>`, does that for it:
+//   input hook:   the `in` policies, in SPD order
+//   forward hook: the `fwd` policies, then the `out` policies, then the fail-closed prefixes
+//   output hook:  the `out` policies, then the fail-closed prefixes
+// A policy becomes one rule on its selector (oriented as the packet carries it; protocol
+// and ports when the selector has them): protect in/fwd accepts only what arrived on the
+// TUN device, protect out only what leaves through it, bypass accepts, discard drops. The
+// first matching rule decides, as the first matching policy does in the SPD. Last, a
+// packet towards a fail-closed prefix (xfrm/fail_closed_routes.h) that would leave through
+// another device is dropped. The table outlives espgw (SIGTERM, crash) and is rewritten
+// whole, in one nft transaction, whenever the policies change; `espgw --release` removes
+// it. docs/security.md, "Inbound policy enforcement".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "esp/ip_address.h"
+#include "xfrm/netlink.h"
+#include "xfrm/spd.h"
+
+struct nft_ctx;
+
+namespace espgw::xfrm {
+
+struct FirewallSpec {
+  std::string tun_name;
+  // Every policy, each direction in SPD lookup order (Spd::list()).
+  std::vector<Policy> policies;
+  // Destinations that may only leave through the TUN device.
+  std::vector<esp::IpPrefix> fail_closed_prefixes;
+};
+
+// The command text is built from parsed values only; an interface name is the one string
+// that goes in, and it must be made of letters, digits, '_', '-' and '.' (what the daemon
+// checks before it builds anything).
+bool firewall_interface_name_ok(std::string_view tun_name);
+// "espgw_" and the TUN name, characters other than letters, digits and '_' written as
+// "_xHH" ("espgw0" -> "espgw_espgw0", "gw-1" -> "espgw_gw_x2d1").
+std::string firewall_table_name(std::string_view tun_name);
+// The nft match of `policy`'s selector as a packet of its direction carries it, e.g.
+// "meta nfproto ipv4 ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16 meta l4proto 17 th dport 53".
+std::string firewall_match(const Policy& policy);
+// The whole table, as one nft transaction: created if missing, emptied, filled.
+std::string firewall_ruleset(const FirewallSpec& spec);
+// Removes the table if it is there.
+std::string firewall_removal(std::string_view tun_name);
+
+// A libnftables context. Not thread-safe: one thread runs its commands.
+class KernelFirewall {
+ public:
+  // Throws std::runtime_error if libnftables gives no context.
+  KernelFirewall();
+  ~KernelFirewall();
+  KernelFirewall(const KernelFirewall&) = delete;
+  KernelFirewall& operator=(const KernelFirewall&) = delete;
+
+  // Runs `commands` as one transaction: all of it or nothing. The failure message is
+  // nft's own error text, naming the command and what it did not accept.
+  Result run(const std::string& commands, std::string_view what);
+
+ private:
+  struct ContextFree {
+    void operator()(nft_ctx* context) const;
+  };
+  std::unique_ptr<nft_ctx, ContextFree> context_;
+};
+
+}  // namespace espgw::xfrm
