@@ -150,6 +150,7 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
         tracked.spi, origin_name(origin));
     return true;
   }
+  sa->set_reserver([this, key](uint64_t sequence) { return reserve_through(key, sequence); });
   if (tracked.used != 0) {
     sa->replay_window().restore(tracked.used);
     log(LogLevel::info, "SA in spi 0x%08x refuses sequence numbers up to %llu (accepted before)",
@@ -257,6 +258,31 @@ bool SaStateKeeper::reserve() {
     else if (raise.tracked->inbound)
       raise.tracked->inbound->replay_window().set_accept_limit(raise.value);
   }
+  return true;
+}
+
+bool SaStateKeeper::reserve_through(const xfrm::SaStateKey& key, uint64_t sequence) {
+  std::lock_guard lock(mutex_);
+  const auto found = tracked_.find(key);
+  if (found == tracked_.end() || found->second.held || !found->second.inbound) return false;
+  Tracked& tracked = found->second;
+  auto& window = tracked.inbound->replay_window();
+  if (window.accept_limit() >= sequence) return true;  // another worker got here first
+  const uint64_t last = esp::last_sequence_number(window.esn());
+  const uint64_t from = std::max(sequence, window.highest());
+  const uint64_t target = from > last - tracked.block ? last : from + tracked.block;
+  put_locked(key, tracked, target);
+  std::string error;
+  if (!store_.write(&error)) {
+    ++write_failures_;
+    log(LogLevel::error, "SA state: %s; sequence number %llu of SA in spi 0x%08x refused",
+        error.c_str(), static_cast<unsigned long long>(sequence), tracked.spi);
+    return false;
+  }
+  ++writes_;
+  tracked.durable = target;
+  tracked.durable_written = true;
+  window.set_accept_limit(target);
   return true;
 }
 

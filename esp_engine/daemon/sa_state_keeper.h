@@ -73,6 +73,10 @@ class SaStateKeeper {
   // thread does each tick; the gateway also calls it before traffic starts. False when
   // the write failed (ceilings stay where they were: traffic stops, never reuses).
   bool reserve();
+  // At once, for one inbound SA whose authentic packet `sequence` is beyond its accept
+  // limit (what InboundSa::reserve_through calls, on a worker): writes a reservation
+  // that covers it. False when the write failed or the SA is not tracked.
+  bool reserve_through(const xfrm::SaStateKey& key, uint64_t sequence);
   void start();  // the reservation thread
   void stop();
   // A clean stop (after the data path has stopped): the exact values, so that the next
@@ -97,8 +101,8 @@ class SaStateKeeper {
   struct Tracked {
     std::shared_ptr<esp::OutboundSa> outbound;  // live SA, if any
     std::shared_ptr<esp::InboundSa> inbound;
-    uint64_t used = 0;     // known high water (exact once the SA is retired)
-    uint64_t durable = 0;  // what the file says (0: nothing written yet)
+    uint64_t used = 0;                  // known high water (exact once the SA is retired)
+    uint64_t durable = 0;               // what the file says (0: nothing written yet)
     uint64_t packets_at_last_tick = 0;  // inbound: what the SA had accepted then
     uint64_t block = kInboundMinBlock;  // inbound: the current reservation step
     bool held = false;

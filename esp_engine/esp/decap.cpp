@@ -1,5 +1,7 @@
 #include "esp/decap.h"
 
+#include <algorithm>
+
 #include "esp/esp_format.h"
 #include "util/byte_order.h"
 
@@ -222,6 +224,13 @@ void decap_finish_each(std::span<FinishItem> items) {
     item.inner_length = 0;
     item.reason = parse_decrypted(sa, packet.data(), packet.size(), item.inner_length);
   }
+  // These packets are authentic. One beyond the accept limit waits for its reservation
+  // (milliseconds, outside the window's lock) rather than being dropped: a peer that
+  // restarted past its own reservations jumps ahead, and its first packet is as good as
+  // any other.
+  uint64_t highest = 0;
+  for (const FinishItem& item : items) highest = std::max(highest, item.prepared->sequence);
+  if (highest > sa.replay_window().accept_limit()) sa.reserve_through(highest);
   sa.replay_window().commit_each(
       items.size(), [&](size_t i) { return items[i].prepared->sequence; },
       [&](size_t i, ReplayWindow::Verdict verdict) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -187,6 +188,14 @@ class alignas(64) InboundSa {
   // True when the inner packet (addresses, protocol, ports) matches one of the selectors.
   bool selectors_allow(const InnerFlow& flow) const;
 
+  // Makes the replay window's accept limit cover `sequence` (an authentic number beyond
+  // it: a peer that jumped ahead, a burst faster than the reservations), blocking until
+  // the reservation is on disk; false if it could not. Set by the daemon before the SA
+  // carries traffic; without one, such packets are refused (sequence-unreserved).
+  using Reserver = std::function<bool(uint64_t sequence)>;
+  void set_reserver(Reserver reserver) { reserver_ = std::move(reserver); }
+  bool reserve_through(uint64_t sequence) const { return reserver_ && reserver_(sequence); }
+
  private:
   // Per packet: the selector list at the config's end and crypto_ share a line; the
   // replay window's lock and edge and the packet and byte totals counted under that lock
@@ -195,6 +204,7 @@ class alignas(64) InboundSa {
   SaCrypto crypto_;
   ReplayWindow replay_window_;
   SaCounters counters_;
+  Reserver reserver_;  // rarely called: after the per-packet lines
 };
 
 }  // namespace espgw::esp

@@ -302,6 +302,25 @@ TEST_F(SaStateKeeperTest, InboundFollowsAPeerThatJumpedAhead) {
       << "the jump is not a rate: the step stays short";
 }
 
+TEST_F(SaStateKeeperTest, AnAuthenticJumpIsReservedOnTheSpot) {
+  // Decapsulation calls the SA's reserver for an authentic number beyond the limit: the
+  // packet waits for the disk instead of being dropped.
+  SaStateKeeper keeper(directory_);
+  auto sa = inbound(7);
+  keeper.adopt(in_key_, sa, InstallOrigin::static_file);
+  ASSERT_TRUE(keeper.reserve());
+  const uint64_t jumped = 1u << 30;
+  ASSERT_TRUE(sa->reserve_through(jumped));
+  EXPECT_GE(sa->replay_window().accept_limit(), jumped);
+  EXPECT_EQ(receive(*sa, jumped), Verdict::accept);
+  xfrm::SaStateStore on_disk(directory_ + "-copy");
+  std::filesystem::copy_file(directory_ + "/" + xfrm::SaStateStore::kStateFile,
+                             directory_ + "-copy/" + xfrm::SaStateStore::kStateFile);
+  xfrm::SaStateStore reread(directory_ + "-copy");
+  ASSERT_TRUE(reread.find(in_key_));
+  EXPECT_GE(reread.find(in_key_)->high_water, jumped) << "the reservation is on disk";
+}
+
 TEST_F(SaStateKeeperTest, OneDirectoryOneInstance) {
   SaStateKeeper first(directory_);
   EXPECT_THROW(SaStateKeeper second(directory_), std::runtime_error);
