@@ -178,8 +178,11 @@ vici::Message ControlService::add_sa(const Message& request) {
   if (window != 0) window = std::max(window, gateway_.config().min_replay_window);
   std::lock_guard lock(mutex_);
   reserved_spis_.erase(entry.config.spi);
+  // The plugin marks the SAs it re-installs into a restarted espgw: their keys have been
+  // used, so their counters must continue (or the SA is held until charon rekeys it).
+  const bool replayed = request.boolean("replayed").value_or(false);
   // Refused for an inbound SPI another SA holds, or the (SPI, destination) of a static SA.
-  if (!gateway_.add_dynamic_sa(entry))
+  if (!gateway_.add_dynamic_sa(entry, replayed))
     return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
   return success();
 }

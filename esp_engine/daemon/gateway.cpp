@@ -273,6 +273,8 @@ Gateway::Gateway(GatewayConfig config)
     }
     static_config_ = std::move(*file.config);
   }
+  // Before anything else that could carry traffic: no SA may exist without its counter.
+  sa_state_ = std::make_unique<SaStateKeeper>(config_.state_dir);
 
   tun_ = std::make_unique<io::TunDevice>(config_.tun_name, config_.tun_queues, config_.tun_offload);
   for (unsigned q = 0; q < tun_->queues(); ++q)
@@ -340,6 +342,9 @@ Gateway::Gateway(GatewayConfig config)
     throw std::runtime_error(
         "fail closed: the nftables table of the policies could not be "
         "installed (logged above); not starting");
+  // The static SAs' first reservations are on disk before a packet can use them.
+  if (!sa_state_->reserve())
+    throw std::runtime_error("cannot write the SA state in " + config_.state_dir);
   const std::string workers = config_.run_to_completion
                                   ? std::string("no workers (readers run to completion)")
                                   : std::to_string(pipeline_->worker_count()) + " workers";
@@ -375,6 +380,10 @@ void Gateway::steer_tun_receive() {
 Gateway::~Gateway() {
   stop();
   pipeline_.reset();  // delivers what is in flight while sockets and TUN still exist
+  // Nothing sends or receives any more: the exact counters, so that a planned restart
+  // neither skips sequence numbers nor refuses the peer's next packets.
+  sa_state_->stop();
+  sa_state_->write_exact();
   // Only the routes through the TUN device: the fail-closed routes and the firewall table
   // keep the protected destinations closed until espgw runs again (or --release).
   for (const auto& [text, route] : routes_)
@@ -493,7 +502,8 @@ void Gateway::drop_group_if_empty_locked(uint32_t reqid) {
   forwarding_.store(std::move(next));
 }
 
-bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
+bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, InstallOrigin origin) {
+  const bool from_charon = origin != InstallOrigin::static_file;
   // RFC 4301 5.2: an inbound SA checks decrypted packets against its selectors; one
   // without any would accept every inner packet. The static parser and the add-sa parser
   // refuse such SAs already; this keeps any other way in closed.
@@ -503,13 +513,15 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   }
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   const auto& backend = *crypto::find_backend(config_.crypto_backend);
+  // Taken before the SA wipes its copy of the key: the key is what its counter belongs to.
+  const xfrm::SaStateKey state_key{entry.direction, xfrm::key_fingerprint(entry.config.key_material)};
   if (entry.direction == xfrm::Direction::out) {
     if (auto existing = outbound_.find(key); existing != outbound_.end()) {
       if (unchanged(*existing->second, entry)) {
         existing->second->from_charon = from_charon;
         return true;
       }
-      retire_outbound_locked(existing);
+      retire_outbound_locked(existing, /*forget_key=*/false);  // its key may stay
     }
     auto fresh = std::make_unique<OutboundEntry>();
     fresh->entry = entry;
@@ -518,6 +530,9 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
     wipe(fresh->entry.config.key_material);
     fresh->from_charon = from_charon;
     fresh->sa = std::make_shared<esp::OutboundSa>(entry.config, backend);
+    fresh->state_key = state_key;
+    // Before the channel is made: it starts at the SA's next sequence number.
+    sa_state_->adopt(state_key, fresh->sa, origin);
     fresh->sink = std::make_shared<WanSink>(transmitter_for(entry.config), entry.config);
     // Packets in flight after the SA is removed still deliver through the sink: the
     // channel keeps it until the pipeline deletes the channel.
@@ -539,7 +554,7 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
       existing->second->from_charon = from_charon;
       return true;
     }
-    retire_inbound_locked(existing);
+    retire_inbound_locked(existing, /*forget_key=*/false);
   }
   auto fresh = std::make_unique<InboundEntry>();
   fresh->entry = entry;
@@ -548,6 +563,8 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   fresh->from_charon = from_charon;
   socket_for(entry.config);  // make sure the socket it arrives on exists
   fresh->sa = std::make_shared<esp::InboundSa>(entry.config, backend);
+  fresh->state_key = state_key;
+  sa_state_->adopt(state_key, fresh->sa, origin);
   // A rekey installs the new inbound SA while the old one still receives: the earlier SAs
   // of the same CHILD_SA (charon's slot) are its predecessors, whose packets in flight the
   // new SA's first packets must not overtake. All of them, oldest first: after a rekey
@@ -567,6 +584,7 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
   fresh->channel = pipeline_->add_inbound(fresh->sa, *tun_sink_, predecessors);
   if (!fresh->channel) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
+    sa_state_->retire(state_key, from_charon);
     return false;
   }
   fresh->lan_mtu_candidate = lan_mtu_candidate(entry.config);
@@ -579,8 +597,9 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, bool from_charon) {
 }
 
 void Gateway::retire_outbound_locked(
-    std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it) {
+    std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it, bool forget_key) {
   const OutboundEntry& old = *it->second;
+  sa_state_->retire(old.state_key, forget_key);
   // The final counters: after this the SA and its statistics are gone.
   log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes",
       old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
@@ -608,8 +627,9 @@ void Gateway::retire_outbound_locked(
 }
 
 void Gateway::retire_inbound_locked(
-    std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it) {
+    std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it, bool forget_key) {
   const InboundEntry& old = *it->second;
+  sa_state_->retire(old.state_key, forget_key);
   pipeline_->remove_inbound(old.entry.config.spi);
   if (old.lan_mtu_candidate)
     lan_mtu_candidates_.erase(lan_mtu_candidates_.find(old.lan_mtu_candidate));
@@ -628,12 +648,14 @@ void Gateway::retire_inbound_locked(
 }
 
 bool Gateway::remove_sa_locked(const xfrm::SaId& key) {
+  // charon never installs a deleted SA's key again; a static key may come back with a
+  // later reload, and its counter must then continue.
   if (auto out = outbound_.find(key); out != outbound_.end()) {
-    retire_outbound_locked(out);
+    retire_outbound_locked(out, out->second->from_charon);
     return true;
   }
   if (auto in = inbound_.find(key); in != inbound_.end()) {
-    retire_inbound_locked(in);
+    retire_inbound_locked(in, in->second->from_charon);
     return true;
   }
   return false;
@@ -846,7 +868,7 @@ void Gateway::apply_static_locked(xfrm::StaticConfig next) {
               xfrm::same_fingerprint(next_fingerprints[j], static_key_fingerprints_[i]);
     if (!stays) remove_sa_locked(xfrm::sa_id_of(old));
   }
-  for (const auto& entry : next.sas) install_sa_locked(entry, false);
+  for (const auto& entry : next.sas) install_sa_locked(entry, InstallOrigin::static_file);
 
   // The installed SAs hold the keys now; the copy kept for the next reload goes without.
   for (auto& entry : next.sas) wipe(entry.config.key_material);
@@ -880,12 +902,13 @@ bool Gateway::reload() {
     if (entry->lan_mtu_candidate) lan_mtu_candidates_.insert(entry->lan_mtu_candidate);
   }
   apply_static_locked(std::move(*file.config));
+  sa_state_->reserve();  // new static SAs carry traffic once their reservation is on disk
   log(LogLevel::info, "reloaded %s: %zu outbound and %zu inbound SAs",
       config_.static_sa_file.c_str(), outbound_.size(), inbound_.size());
   return true;
 }
 
-bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
+bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed) {
   std::lock_guard lock(control_mutex_);
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   auto is_static = [&](const auto& entries) {
@@ -893,7 +916,8 @@ bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry) {
     return found != entries.end() && !found->second->from_charon;
   };
   if (is_static(outbound_) || is_static(inbound_)) return false;  // the static file's
-  const bool installed = install_sa_locked(entry, true);
+  const bool installed =
+      install_sa_locked(entry, replayed ? InstallOrigin::charon_replayed : InstallOrigin::charon_new);
   update_tunnel_mtu_locked();
   return installed;
 }
@@ -948,6 +972,7 @@ size_t Gateway::clear_dynamic_policies() {
 
 void Gateway::start() {
   running_.store(true);
+  sa_state_->start();
   for (unsigned q = 0; q < tun_->queues(); ++q) {
     if (tun_->vnet_header())
       threads_.emplace_back([this, q] { tun_reader_offload(q); });
@@ -1164,7 +1189,10 @@ void Gateway::enforce_lifetimes() {
     }
     const uint64_t seconds = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::seconds>(now - tracking.added_at).count());
-    const auto state = xfrm::check(entry.lifetimes, counters.bytes(), packets, seconds);
+    auto state = xfrm::check(entry.lifetimes, counters.bytes(), packets, seconds);
+    // An outbound SA also expires with its sequence numbers, whatever its lifetimes say.
+    if constexpr (std::is_same_v<std::decay_t<decltype(installed)>, OutboundEntry>)
+      state = std::max(state, xfrm::check_sequence(installed.sa->last_sequence(), entry.config.esn));
     if (state <= tracking.reported) return;
     tracking.reported = state;
     // charon rekeys its own SAs; a static SA's expiry is only logged.

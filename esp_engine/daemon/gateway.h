@@ -21,6 +21,7 @@
 
 #include "daemon/config.h"
 #include "daemon/gateway_status.h"
+#include "daemon/sa_state_keeper.h"
 #include "daemon/ike_rate_limiter.h"
 #include "esp/counters.h"
 #include "io/tun_device.h"
@@ -93,8 +94,10 @@ class Gateway {
   //
   // Installs an SA, or replaces charon's SA with its (SPI, destination) when the entry
   // differs (an identical one keeps its state). False if an inbound SA's SPI is taken or
-  // a static SA has that (SPI, destination).
-  bool add_dynamic_sa(const xfrm::SadEntry& entry);
+  // a static SA has that (SPI, destination). `replayed`: charon's plugin re-installs an
+  // SA a previous espgw had; without a record of its key's counter it is held
+  // (daemon/sa_state_keeper.h).
+  bool add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed = false);
   // False unless charon's SA with that (SPI, destination) was there.
   bool remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination);
   // Installs a policy, or replaces the one with its id.
@@ -163,10 +166,14 @@ class Gateway {
   // only what changed is installed or removed.
   void apply_static_locked(xfrm::StaticConfig next);
   // Installs `entry` or replaces a different one under its key (no-op when identical).
-  bool install_sa_locked(const xfrm::SadEntry& entry, bool from_charon);
+  bool install_sa_locked(const xfrm::SadEntry& entry, InstallOrigin origin);
   bool remove_sa_locked(const xfrm::SaId& id);
-  void retire_outbound_locked(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it);
-  void retire_inbound_locked(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it);
+  // `forget_key`: the SA's key never comes back (charon deleted it), so its counter
+  // record goes too.
+  void retire_outbound_locked(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it,
+                              bool forget_key);
+  void retire_inbound_locked(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it,
+                             bool forget_key);
   void install_policy_locked(const xfrm::Policy& policy, bool from_charon);
   bool remove_policy_locked(uint32_t id);
   // The group of `reqid`, created (a new snapshot) when missing.
@@ -227,6 +234,8 @@ class Gateway {
   std::unique_ptr<WanTransmitter> udp_transmitter_;
   std::unique_ptr<WanTransmitter> raw_transmitter_;
   xfrm::RtNetlink netlink_;
+  // Every SA's counter, ahead of what is on disk. Made before any SA is installed.
+  std::unique_ptr<SaStateKeeper> sa_state_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   std::unique_ptr<TunSink> tun_sink_;
   uint64_t flow_seed_;

@@ -30,6 +30,7 @@ struct LifetimeTracking {
 struct Gateway::OutboundEntry {
   xfrm::SadEntry entry;
   xfrm::KeyFingerprint key_fingerprint{};
+  xfrm::SaStateKey state_key;  // its key's counter record (SaStateKeeper)
   bool from_charon = false;
   unsigned mtu_candidate = 0;  // its element of the gateway's mtu_candidates_
   LifetimeTracking lifetime;
@@ -41,6 +42,7 @@ struct Gateway::OutboundEntry {
 struct Gateway::InboundEntry {
   xfrm::SadEntry entry;  // without its key, as for OutboundEntry
   xfrm::KeyFingerprint key_fingerprint{};
+  xfrm::SaStateKey state_key;
   bool from_charon = false;
   unsigned lan_mtu_candidate = 0;  // its element of lan_mtu_candidates_, if not 0
   LifetimeTracking lifetime;

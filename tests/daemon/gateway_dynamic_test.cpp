@@ -127,6 +127,7 @@ GatewayConfig test_config(const char* tun_name) {
   config.workers = 1;
   config.pool_packets = 256;
   config.log_level = LogLevel::warn;
+  config.state_dir = "";  // counters in memory: nothing under /var/lib
   return config;
 }
 
