@@ -160,8 +160,8 @@ TEST_F(SaStateStoreTest, ParserRejectsMalformedRecords) {
   for (const std::string& bad :
        {"fwd " + fingerprint + " 1 spi 0x1 dst -\n", "out " + fingerprint + " x spi 0x1 dst -\n",
         "out " + fingerprint.substr(1) + " 1 spi 0x1 dst -\n",
-        "out " + fingerprint + " 1 spi 1 dst -\n", "out " + fingerprint + " 1 spi 0x1 dst nowhere\n",
-        "out " + fingerprint + " 1\n",
+        "out " + fingerprint + " 1 spi 1 dst -\n",
+        "out " + fingerprint + " 1 spi 0x1 dst nowhere\n", "out " + fingerprint + " 1\n",
         "out " + fingerprint + " 1 spi 0x1 dst -\nout " + fingerprint + " 2 spi 0x1 dst -\n"}) {
     EXPECT_FALSE(SaStateStore::parse(signed_file(bad), &error)) << bad;
   }
