@@ -59,6 +59,10 @@ uint64_t this_thread_token() {
   return token;
 }
 
+// Set while this thread is inside Pipeline::process_queued: a sink that submits must
+// neither process nor wait for a delivery (it may be its own).
+thread_local bool processing_here = false;
+
 }  // namespace
 
 Pipeline::Pipeline(PipelineConfig config)
@@ -407,9 +411,8 @@ void Pipeline::fence_inbound(const std::shared_ptr<InboundChannel>& channel) {
 bool Pipeline::process_queued(bool until_empty, bool every_slot) {
   // A sink may submit (a loopback, a forwarder): never nest. The outer call, looping
   // until the queue is empty, takes what the sink submitted.
-  thread_local bool inside = false;
-  if (inside) return false;
-  inside = true;
+  if (processing_here) return false;
+  processing_here = true;
   assisting_.fetch_add(1, std::memory_order_seq_cst);
   // The packets taken below point at channels they do not own.
   const ChannelReclaimer::Section section(*reclaimer_);
@@ -436,7 +439,7 @@ bool Pipeline::process_queued(bool until_empty, bool every_slot) {
     break;
   }
   assisting_.fetch_sub(1, std::memory_order_seq_cst);
-  inside = false;
+  processing_here = false;
   return any;
 }
 
@@ -446,9 +449,47 @@ void Pipeline::wake_one_worker() {
   futex_wake(wake_, 1);
 }
 
+void Pipeline::wait_for_room(OutboundChannel& c) {
+  if (processing_here) return;
+  room_waits_.fetch_add(1, std::memory_order_relaxed);
+  // This thread's own packets first: until completed they wait for it, and they may be
+  // what fills the SA.
+  complete_submitted();
+  InFlightBudget* budget = c.budget();
+  const auto full = [&] {
+    return c.in_flight() >= c.max_in_flight() ||
+           (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit);
+  };
+  const auto deadline = std::chrono::steady_clock::now() + config_.outbound_room_wait;
+  for (unsigned idle = 0; full();) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      room_wait_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (process_queued(false)) continue;
+    // Nothing to help with: the packets in flight are in other threads' hands. When the
+    // host's CPUs are busy elsewhere (the usual cause of the wait), spinning would take
+    // time from the very worker that holds them.
+    if (++idle < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
                                           esp::OuterHeaders outer) {
   InFlightBudget* budget = c.budget();
+  uint64_t limit = c.sequence_limit();
+  // The SA or its group has its bound in flight, all of it sure to leave: a reader waits
+  // for room rather than drop (outbound_room_wait). Two loads of lines the submit reads
+  // anyway; the wait itself only when the workers fell that far behind.
+  if (config_.outbound_room_wait.count() != 0 &&
+      (c.last_sequence() >= limit ||
+       (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit))) {
+    wait_for_room(c);
+    limit = c.sequence_limit();
+  }
   // The place is taken before the check: readers of one group submit at once, and a
   // look followed by an increment let each of them past the bound together (the group
   // then held up to one packet per reader more than its limit). A refused reader's
@@ -462,7 +503,7 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
     return esp::DropReason::queue_full;
   }
   const esp::DropReason reason =
-      esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, c.sequence_limit());
+      esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, limit);
   if (reason != esp::DropReason::none) {
     if (budget) budget->in_flight.fetch_sub(1, std::memory_order_relaxed);
     pool_.release(packet);  // counted on the SA by encap_prepare

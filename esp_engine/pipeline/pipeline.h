@@ -68,6 +68,15 @@ struct PipelineConfig {
   bool run_to_completion = false;
   // The longest a reader waits in fence_outbound() for a channel's packets in flight.
   std::chrono::microseconds fence_limit{5000};
+  // The longest a reader waits in submit_outbound() for room when the SA, or its ECMP
+  // group, has its bound of packets in flight (max_in_flight_per_sa): it completes its
+  // batch and helps with the work meanwhile, and the packet is dropped as queue-full only
+  // after this. Those packets are sure to leave (sealing cannot fail), so a stall of the
+  // workers (a host whose CPUs are busy elsewhere for a few tens of ms) is waited out, and
+  // the TUN device holds what comes meanwhile, instead of costing packets that TCP counts
+  // as lost. Not for a sink's own submits (it would wait for its own delivery). 0: dropped
+  // at once.
+  std::chrono::microseconds outbound_room_wait{0};
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
 };
@@ -160,6 +169,12 @@ class Pipeline {
   void release_retired_group_views(size_t max_looks = SIZE_MAX);
   uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
   uint64_t fence_timeouts() const { return fence_timeouts_.load(std::memory_order_relaxed); }
+  // Times a reader waited for room on a full SA (outbound_room_wait), and of those, the
+  // waits that ended in a queue-full drop.
+  uint64_t room_waits() const { return room_waits_.load(std::memory_order_relaxed); }
+  uint64_t room_wait_timeouts() const {
+    return room_wait_timeouts_.load(std::memory_order_relaxed);
+  }
 
   // Blocks until every submitted packet has been processed (tests, shutdown). Only
   // meaningful once the submitting threads have stopped; without workers it processes
@@ -204,6 +219,10 @@ class Pipeline {
   // Both fences: completes this thread's batch, then helps process (or yields) until
   // `done` holds or fence_limit passes. Counts the fence, and a timeout (then false).
   bool fence(const std::function<bool()>& done);
+  // submit_outbound() found `channel` (or its group) with its bound in flight: completes
+  // this thread's batch, then helps process (or yields) until there is room or
+  // outbound_room_wait passes. Not inside processing (a sink that submits).
+  void wait_for_room(OutboundChannel& channel);
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
   // Moves a slot's packets into `batch`, returns how many.
@@ -250,6 +269,8 @@ class Pipeline {
   std::atomic<uint64_t> pressure_flushes_{0};
   std::atomic<uint64_t> fences_{0};
   std::atomic<uint64_t> fence_timeouts_{0};
+  std::atomic<uint64_t> room_waits_{0};
+  std::atomic<uint64_t> room_wait_timeouts_{0};
   std::atomic<uint32_t> assisting_{0};  // submitting threads processing a batch right now
   std::atomic<bool> stopping_{false};
   std::unique_ptr<WorkerState[]> worker_state_;
