@@ -1298,9 +1298,13 @@ void Gateway::log_counters() const {
   }
   log(LogLevel::info,
       "pipeline: fences=%llu fence-timeouts=%llu (readers waiting for the packets in flight "
-      "of a changed ECMP group or a rekeyed inbound SA's predecessor) pressure-flushes=%llu",
+      "of a changed ECMP group or a rekeyed inbound SA's predecessor) room-waits=%llu "
+      "room-wait-timeouts=%llu (TUN readers waiting for room on a full SA) "
+      "pressure-flushes=%llu",
       static_cast<unsigned long long>(pipeline_->fences()),
       static_cast<unsigned long long>(pipeline_->fence_timeouts()),
+      static_cast<unsigned long long>(pipeline_->room_waits()),
+      static_cast<unsigned long long>(pipeline_->room_wait_timeouts()),
       static_cast<unsigned long long>(pipeline_->pressure_flushes()));
   const auto load = pipeline_->worker_load();
   for (size_t i = 0; i < load.size(); ++i)

@@ -198,6 +198,8 @@ GatewayStatus Gateway::status(bool entries) const {
   }
   status.pipeline = {{"fences", pipeline_->fences()},
                      {"fence-timeouts", pipeline_->fence_timeouts()},
+                     {"room-waits", pipeline_->room_waits()},
+                     {"room-wait-timeouts", pipeline_->room_wait_timeouts()},
                      {"pressure-flushes", pipeline_->pressure_flushes()}};
   for (const auto& load : pipeline_->worker_load()) status.worker_packets.push_back(load.packets);
   return status;
