@@ -519,8 +519,8 @@ Result RtNetlink::add_route(const esp::IpPrefix& destination, std::string_view i
   std::string what = "add route " + destination.to_string() + " dev " + std::string(interface);
   const uint32_t index = interface_index(interface);
   if (index == 0) return failure(ENODEV, what);
-  return change_route(RTM_NEWROUTE, destination,
-                      {RouteType::unicast, table, index, metric, mtu}, std::move(what));
+  return change_route(RTM_NEWROUTE, destination, {RouteType::unicast, table, index, metric, mtu},
+                      std::move(what));
 }
 
 Result RtNetlink::remove_route(const esp::IpPrefix& destination, std::string_view interface,
@@ -532,8 +532,8 @@ Result RtNetlink::remove_route(const esp::IpPrefix& destination, std::string_vie
                       {RouteType::unicast, table, index, metric, std::nullopt}, std::move(what));
 }
 
-Result RtNetlink::add_typed_route(RouteType type, const esp::IpPrefix& destination,
-                                  uint32_t table, uint32_t metric) {
+Result RtNetlink::add_typed_route(RouteType type, const esp::IpPrefix& destination, uint32_t table,
+                                  uint32_t metric) {
   std::string what = std::string("add ") + route_type_name(type) + " route " +
                      destination.to_string() + " table " + std::to_string(table);
   return change_route(RTM_NEWROUTE, destination, {type, table, 0, metric, std::nullopt},
@@ -560,7 +560,8 @@ Result RtNetlink::change_route(uint16_t message_type, const esp::IpPrefix& desti
   message->rtm_family = static_cast<uint8_t>(family_of(destination.address));
   message->rtm_dst_len = destination.length;
   // Tables above 255 only fit RTA_TABLE; rtm_table then says RT_TABLE_UNSPEC.
-  message->rtm_table = route.table < 256 ? static_cast<uint8_t>(route.table) : uint8_t{RT_TABLE_UNSPEC};
+  message->rtm_table =
+      route.table < 256 ? static_cast<uint8_t>(route.table) : uint8_t{RT_TABLE_UNSPEC};
   message->rtm_protocol = kRouteProtocol;  // also on delete: only our own routes match
   message->rtm_type = rtm_type_of(route.type);
   // A route straight out of the device, no gateway: scope link for IPv4. IPv6 has no route
@@ -606,9 +607,8 @@ Result RtNetlink::remove_rule(const Rule& rule) {
 
 Result RtNetlink::change_rule(uint16_t message_type, const Rule& rule) {
   const bool adding = message_type == RTM_NEWRULE;
-  std::string what = std::string(adding ? "add" : "remove") + " IPv" +
-                     std::to_string(rule.family) + " rule priority " +
-                     std::to_string(rule.priority);
+  std::string what = std::string(adding ? "add" : "remove") + " IPv" + std::to_string(rule.family) +
+                     " rule priority " + std::to_string(rule.priority);
   if (rule.source.length != 0) what += " from " + rule.source.to_string();
   if (rule.destination.length != 0) what += " to " + rule.destination.to_string();
   what += " lookup " + std::to_string(rule.table);
@@ -639,8 +639,7 @@ Result RtNetlink::change_rule(uint16_t message_type, const Rule& rule) {
     mnl_attr_put(request, FRA_SPORT_RANGE, sizeof range, &range);
   }
   if (rule.destination_ports) {
-    const fib_rule_port_range range{rule.destination_ports->first,
-                                    rule.destination_ports->second};
+    const fib_rule_port_range range{rule.destination_ports->first, rule.destination_ports->second};
     mnl_attr_put(request, FRA_DPORT_RANGE, sizeof range, &range);
   }
   return transact(request, what);
