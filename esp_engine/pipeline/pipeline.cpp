@@ -450,7 +450,9 @@ void Pipeline::wake_one_worker() {
 }
 
 void Pipeline::wait_for_room(OutboundChannel& c) {
-  if (processing_here) return;
+  // Readers only: a thread inside processing (a sink that submits) may be what the SA
+  // waits for, and a worker (no submitter slot) must not leave its batch for it.
+  if (processing_here || own_slot(false) == nullptr) return;
   room_waits_.fetch_add(1, std::memory_order_relaxed);
   // This thread's own packets first: until completed they wait for it, and they may be
   // what fills the SA.

@@ -74,8 +74,9 @@ struct PipelineConfig {
   // after this. Those packets are sure to leave (sealing cannot fail), so a stall of the
   // workers (a host whose CPUs are busy elsewhere for a few tens of ms) is waited out, and
   // the TUN device holds what comes meanwhile, instead of costing packets that TCP counts
-  // as lost. Not for a sink's own submits (it would wait for its own delivery). 0: dropped
-  // at once.
+  // as lost. Readers only (a thread with a submitter slot: hand_over_in_batches, or any
+  // submitter running to completion); a sink's or a worker's submits are dropped at once
+  // (they could be what the SA waits for). 0: dropped at once.
   std::chrono::microseconds outbound_room_wait{0};
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
@@ -221,7 +222,8 @@ class Pipeline {
   bool fence(const std::function<bool()>& done);
   // submit_outbound() found `channel` (or its group) with its bound in flight: completes
   // this thread's batch, then helps process (or yields) until there is room or
-  // outbound_room_wait passes. Not inside processing (a sink that submits).
+  // outbound_room_wait passes. Readers only: not inside processing (a sink that submits),
+  // not on a worker.
   void wait_for_room(OutboundChannel& channel);
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
