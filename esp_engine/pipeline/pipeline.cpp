@@ -449,10 +449,10 @@ void Pipeline::wake_one_worker() {
   futex_wake(wake_, 1);
 }
 
-void Pipeline::wait_for_room(OutboundChannel& c) {
+bool Pipeline::wait_for_room(OutboundChannel& c) {
   // Readers only: a thread inside processing (a sink that submits) may be what the SA
   // waits for, and a worker (no submitter slot) must not leave its batch for it.
-  if (processing_here || own_slot(false) == nullptr) return;
+  if (processing_here || own_slot(false) == nullptr) return true;
   room_waits_.fetch_add(1, std::memory_order_relaxed);
   // This thread's own packets first: until completed they wait for it, and they may be
   // what fills the SA.
@@ -462,11 +462,31 @@ void Pipeline::wait_for_room(OutboundChannel& c) {
     return c.in_flight() >= c.max_in_flight() ||
            (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit);
   };
-  const auto deadline = std::chrono::steady_clock::now() + config_.outbound_room_wait;
-  for (unsigned idle = 0; full();) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      room_wait_timeouts_.fetch_add(1, std::memory_order_relaxed);
-      return;
+  // The SA this thread last found stalled, and when: right after a stall the workers
+  // catch up with what piled up, the SA fills again while it delivers, and that is still
+  // the stall's backlog, not a standing queue.
+  thread_local const OutboundChannel* stalled_channel = nullptr;
+  thread_local std::chrono::steady_clock::time_point stalled_at;
+  const auto start = std::chrono::steady_clock::now();
+  const bool known_stall = stalled_channel == &c && start - stalled_at < kStallMemory;
+  const auto probe_end = start + config_.outbound_stall_probe;
+  const auto deadline = start + config_.outbound_room_wait;
+  const uint64_t delivered = c.release().delivered();
+  for (unsigned idle = 0;;) {
+    const bool room = !full();
+    const auto now = std::chrono::steady_clock::now();
+    if (!known_stall && now < probe_end) {
+      // Delivering: the SA is full because more comes than the crypto takes (a standing
+      // queue under TCP), and the drop at the bound is the tunnel's AQM.
+      if (room || c.release().delivered() != delivered) return false;
+    } else {
+      stalled_channel = &c;
+      stalled_at = now;
+      if (room) return true;
+      if (now >= deadline) {
+        room_wait_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        return true;  // and the submit drops the packet: the SA is still full
+      }
     }
     if (process_queued(false)) continue;
     // Nothing to help with: the packets in flight are in other threads' hands. When the
@@ -483,13 +503,18 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
                                           esp::OuterHeaders outer) {
   InFlightBudget* budget = c.budget();
   uint64_t limit = c.sequence_limit();
-  // The SA or its group has its bound in flight, all of it sure to leave: a reader waits
-  // for room rather than drop (outbound_room_wait). Two loads of lines the submit reads
-  // anyway; the wait itself only when the workers fell that far behind.
+  // The SA or its group has its bound in flight, all of it sure to leave: if the SA has
+  // stopped delivering (its workers got no CPU), a reader waits for room rather than drop
+  // (outbound_room_wait). Two loads of lines the submit reads anyway; the rest only at the
+  // bound.
   if (config_.outbound_room_wait.count() != 0 &&
       (c.last_sequence() >= limit ||
        (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit))) {
-    wait_for_room(c);
+    if (!wait_for_room(c)) {
+      c.sa().counters().count(esp::DropReason::queue_full);
+      pool_.release(packet);
+      return esp::DropReason::queue_full;
+    }
     limit = c.sequence_limit();
   }
   // The place is taken before the check: readers of one group submit at once, and a

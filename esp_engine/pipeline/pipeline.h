@@ -69,15 +69,20 @@ struct PipelineConfig {
   // The longest a reader waits in fence_outbound() for a channel's packets in flight.
   std::chrono::microseconds fence_limit{5000};
   // The longest a reader waits in submit_outbound() for room when the SA, or its ECMP
-  // group, has its bound of packets in flight (max_in_flight_per_sa): it completes its
-  // batch and helps with the work meanwhile, and the packet is dropped as queue-full only
-  // after this. Those packets are sure to leave (sealing cannot fail), so a stall of the
-  // workers (a host whose CPUs are busy elsewhere for a few tens of ms) is waited out, and
-  // the TUN device holds what comes meanwhile, instead of costing packets that TCP counts
-  // as lost. Readers only (a thread with a submitter slot: hand_over_in_batches, or any
-  // submitter running to completion); a sink's or a worker's submits are dropped at once
-  // (they could be what the SA waits for). 0: dropped at once.
+  // group, has its bound of packets in flight (max_in_flight_per_sa) and has stopped
+  // delivering: it completes its batch and helps with the work meanwhile, and the packet
+  // is dropped as queue-full only after this. Those packets are sure to leave (sealing
+  // cannot fail), so a stall of the workers (a host whose CPUs are busy elsewhere for a
+  // few tens of ms) is waited out, and the TUN device holds what comes meanwhile, instead
+  // of costing packets that TCP counts as lost. An SA that delivers within
+  // outbound_stall_probe of the wait's start is not stalled but full (more comes than the
+  // crypto takes): its packet is dropped at the bound as before, the tunnel's AQM (a
+  // reader waiting there let the TUN queue fill behind it, ping under load 8 ms). Readers only (a
+  // thread with a submitter slot: hand_over_in_batches, or any submitter running to completion); a
+  // sink's or a worker's submits are dropped at once (they could be what the SA waits for). 0:
+  // dropped at once.
   std::chrono::microseconds outbound_room_wait{0};
+  std::chrono::microseconds outbound_stall_probe{2000};
   // Test hook: runs on the worker before each packet's crypto (random delays).
   std::function<void(unsigned worker)> before_crypto;
 };
@@ -170,8 +175,8 @@ class Pipeline {
   void release_retired_group_views(size_t max_looks = SIZE_MAX);
   uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
   uint64_t fence_timeouts() const { return fence_timeouts_.load(std::memory_order_relaxed); }
-  // Times a reader waited for room on a full SA (outbound_room_wait), and of those, the
-  // waits that ended in a queue-full drop.
+  // Times a reader found an SA at its bound and looked whether it still delivers
+  // (outbound_room_wait), and the waits for a stalled SA that ended in a queue-full drop.
   uint64_t room_waits() const { return room_waits_.load(std::memory_order_relaxed); }
   uint64_t room_wait_timeouts() const {
     return room_wait_timeouts_.load(std::memory_order_relaxed);
@@ -221,10 +226,13 @@ class Pipeline {
   // `done` holds or fence_limit passes. Counts the fence, and a timeout (then false).
   bool fence(const std::function<bool()>& done);
   // submit_outbound() found `channel` (or its group) with its bound in flight: completes
-  // this thread's batch, then helps process (or yields) until there is room or
-  // outbound_room_wait passes. Readers only: not inside processing (a sink that submits),
-  // not on a worker.
-  void wait_for_room(OutboundChannel& channel);
+  // this thread's batch, then helps process (or yields). False (drop the packet) if the
+  // channel delivers within outbound_stall_probe; otherwise it is stalled, and true once
+  // there is room or outbound_room_wait passed. Right after this thread found the channel
+  // stalled (kStallMemory), it counts as stalled at once. Readers only: true at once inside
+  // processing (a sink that submits) and on a worker.
+  bool wait_for_room(OutboundChannel& channel);
+  static constexpr std::chrono::milliseconds kStallMemory{50};
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
   // Moves a slot's packets into `batch`, returns how many.

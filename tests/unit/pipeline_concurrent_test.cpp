@@ -1134,8 +1134,9 @@ TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
 
 // The workers stall (a host whose CPUs are busy elsewhere: on a 2-vCPU VM running two
 // gateways, two charons and the traffic, tens of ms at a rekey) while a reader keeps
-// reading. Once the SA has its bound in flight, the reader waits for room
-// (outbound_room_wait) instead of dropping what it read as queue-full: the charon rekey
+// reading. Once the SA has its bound in flight and has delivered nothing for
+// outbound_stall_probe, the reader waits for room (outbound_room_wait) instead of
+// dropping what it read as queue-full: the charon rekey
 // scenarios lost 85-149 packets that way in one go (TCP counted each as a loss), hidden
 // from their drop check because the SA that dropped them was rekeyed away.
 TEST(PipelineConcurrent, AReaderWaitsForRoomOnAFullSaInsteadOfDropping) {
@@ -1213,6 +1214,49 @@ TEST(PipelineConcurrent, AReaderGivesUpWaitingForRoomAfterTheLimit) {
     pipeline.wait_idle();
   }
   expect_dense_sequence(sink, kBound);
+}
+
+// An SA that keeps delivering but gets more than its crypto takes (a standing queue under
+// TCP) is not stalled: a reader at its bound drops as before (the tunnel's AQM) rather
+// than wait, which let the TUN queue fill behind it (ping under load 8 ms).
+TEST(PipelineConcurrent, AReaderDropsAtTheBoundOfAnSaThatStillDelivers) {
+  constexpr int kBound = 32, kPackets = 2000;
+  PipelineConfig config;
+  config.workers = 1;
+  config.max_in_flight_per_sa = kBound;
+  config.submitter_assist_threshold = 0;
+  config.outbound_room_wait = std::chrono::seconds(30);
+  config.outbound_stall_probe = std::chrono::milliseconds(200);  // deliveries come far sooner
+  config.before_crypto = [](unsigned) {                          // slow crypto: 5 us a packet
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  RecordingSink sink(false);
+  uint64_t dropped = 0, timeouts = 0;
+  {
+    Pipeline pipeline(config);
+    auto channel = gcm_outbound(pipeline, sink, 0x6C2);
+    std::thread reader([&] {
+      pipeline.hand_over_in_batches();
+      for (uint32_t i = 1; i <= kPackets; ++i) {
+        Packet* p = acquire_blocking(pipeline);
+        EXPECT_TRUE(p->buffer.assign(tagged_packet(0, i)));
+        const auto reason = pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit);
+        EXPECT_TRUE(reason == esp::DropReason::none || reason == esp::DropReason::queue_full);
+        if (i % 32 == 0) pipeline.complete_submitted();
+      }
+      pipeline.complete_submitted();
+    });
+    reader.join();
+    pipeline.wait_idle();
+    dropped = channel->sa().counters().drops(esp::DropReason::queue_full);
+    timeouts = pipeline.room_wait_timeouts();
+  }
+  EXPECT_GT(dropped, 0u) << "the reader waited at the bound of an SA that delivered";
+  EXPECT_EQ(timeouts, 0u);
+  // The drops took no sequence number: what left is dense and in order.
+  expect_dense_sequence(sink, kPackets - dropped);
 }
 
 // Readers of one group submit at the same time. Each round holds the workers, lets two
