@@ -136,7 +136,14 @@ bool write_durably(const std::string& directory, const std::string& path, std::s
 
 SaStateStore::SaStateStore(std::string directory) : directory_(std::move(directory)) {
   if (directory_.empty()) throw std::runtime_error("state directory: empty path");
-  if (mkdir(directory_.c_str(), 0700) != 0 && errno != EEXIST)
+  if (mkdir(directory_.c_str(), 0700) != 0 && errno == ENOENT) {
+    // The default is one level below /var/lib/espgw, which the unit or package makes; a
+    // bare install may not have it yet.
+    const std::string parent = directory_.substr(0, directory_.find_last_of('/'));
+    if (!parent.empty()) mkdir(parent.c_str(), 0700);
+    mkdir(directory_.c_str(), 0700);
+  }
+  if (access(directory_.c_str(), F_OK) != 0)
     throw std::runtime_error(errno_text("state directory " + directory_));
   struct stat status {};
   if (stat(directory_.c_str(), &status) != 0)

@@ -56,7 +56,8 @@ class SaStateStore {
 
   // An in-memory store that never touches the disk (tests, tools).
   SaStateStore() = default;
-  // Opens `directory`, creating it (mode 0700) when missing, and reads its state. Throws
+  // Opens `directory`, creating it (and its parent) with mode 0700 when missing, and reads
+  // its state. Throws
   // std::runtime_error when the directory cannot be used (not a directory, not writable,
   // writable by group or others).
   explicit SaStateStore(std::string directory);

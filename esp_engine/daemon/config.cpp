@@ -2,10 +2,13 @@
 
 #include "crypto/aead.h"
 
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +58,7 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
   ConfigResult result;
   GatewayConfig config;
   bool have_local = false;
+  bool have_state_dir = false;
   std::istringstream lines(text);
   std::string raw;
   unsigned number = 0;
@@ -117,8 +121,10 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       if (!parse_number(value, config.wan_readers, 0u, 64u))
         bad("a number from 0 (one per CPU, at most 4) to 64");
     } else if (key == "state-dir") {
+      have_state_dir = true;
       const std::string directory(value);
-      config.state_dir = directory.front() == '/' ? directory : directory_of(path) + "/" + directory;
+      config.state_dir =
+          directory.front() == '/' ? directory : directory_of(path) + "/" + directory;
     } else if (key == "static-sa-file") {
       const std::string file(value);
       config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;
@@ -231,8 +237,28 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
                             "TUN hands over the TCP super-packets it cuts");
   if (!config.control_socket.empty() && config.ike_port == config.udp_port)
     result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
+  if (!have_state_dir) config.state_dir = default_state_dir(path);
   if (result.errors.empty()) result.config = std::move(config);
   return result;
+}
+
+std::string default_state_dir(const std::string& config_path) {
+  std::string absolute = config_path;
+  if (char* resolved = realpath(config_path.c_str(), nullptr)) {
+    absolute = resolved;
+    free(resolved);
+  } else if (!config_path.starts_with("/")) {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) absolute = std::string(cwd) + "/" + config_path;
+  }
+  uint8_t digest[EVP_MAX_MD_SIZE];
+  unsigned length = 0;
+  EVP_Digest(absolute.data(), absolute.size(), digest, &length, EVP_sha256(), nullptr);
+  char hash[9];
+  std::snprintf(hash, sizeof hash, "%02x%02x%02x%02x", digest[0], digest[1], digest[2], digest[3]);
+  const auto slash = absolute.rfind('/');
+  const std::string name = slash == std::string::npos ? absolute : absolute.substr(slash + 1);
+  return std::string(kStateRoot) + "/" + name + "-" + hash;
 }
 
 size_t wan_socket_buffer_bytes(const GatewayConfig& config) {

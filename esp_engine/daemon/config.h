@@ -41,8 +41,10 @@ struct GatewayConfig {
   // Where each SA key's sequence-number and replay state survives restarts
   // (daemon/sa_state_keeper.h). One directory per espgw instance: a second instance on
   // the same directory refuses to start. Resolved against the config file's directory.
-  // Empty (not settable from the file): kept in memory only, for tests.
-  std::string state_dir = "/var/lib/espgw";
+  // Unset: default_state_dir() of the config file, so that instances with configuration
+  // files of their own keep their state apart. Empty (not settable from the file): kept
+  // in memory only, for tests.
+  std::string state_dir;
   std::string static_sa_file;  // resolved against the config file's directory; optional
                                // when a control socket is set
   // The control socket of the charon plugin and espgwctl (root-only); empty: static SAs
@@ -120,6 +122,12 @@ struct ConfigResult {
 };
 
 ConfigResult parse_gateway_config(const std::string& path);
+
+// state-dir's default for the configuration file at `config_path`: a directory of its own
+// under /var/lib/espgw, named after the file and a hash of its absolute path
+// ("/var/lib/espgw/espgw.conf-1a2b3c4d" for /etc/espgw/espgw.conf).
+std::string default_state_dir(const std::string& config_path);
+inline constexpr const char* kStateRoot = "/var/lib/espgw";
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path);
 
 // The WAN sockets' buffer size `socket-buffer` asks for, with auto resolved by the

@@ -42,7 +42,7 @@ write_espgw_charon_conf() {
   if [[ -n $ESPGW_CONF_FROM_EXAMPLE ]]; then
     sed -e "s#^local-address = .*#local-address = $(side_addr "$side")#" \
         -e "s#^control-socket = .*#control-socket = $WORK/espgw-$side.ctl#" \
-        -e "s#^state-dir = .*#state-dir = $WORK/state-$side#" \
+        -e "s#^\(\# \)\?state-dir = .*#state-dir = $WORK/state-$side#" \
         "$CONFIGS_DIR/espgw.conf" >"$WORK/espgw-$side.conf"
     grep -qx "control-socket = $WORK/espgw-$side.ctl" "$WORK/espgw-$side.conf" ||
       { log "configs/espgw.conf has no control-socket line to substitute"; return 1; }

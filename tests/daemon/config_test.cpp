@@ -93,6 +93,23 @@ TEST(GatewayConfig, CoreDumpsAreOffUnlessAllowed) {
   EXPECT_EQ(bad.errors[0], "gw.conf:3: 'allow-core-dumps': expected yes or no, got 'maybe'");
 }
 
+TEST(GatewayConfig, EachConfigurationFileHasAStateDirectoryOfItsOwn) {
+  // Two instances on one host, each with its own file and no state-dir: their SA state
+  // must not share a directory (the second would refuse to start).
+  const std::string minimal = "local-address = 192.0.2.1\nstatic-sa-file = s.conf\n";
+  const auto a = parse_gateway_config_text(minimal, "/tmp/one/espgw.conf");
+  const auto b = parse_gateway_config_text(minimal, "/tmp/two/espgw.conf");
+  ASSERT_TRUE(a.config && b.config);
+  EXPECT_TRUE(a.config->state_dir.starts_with("/var/lib/espgw/espgw.conf-"));
+  EXPECT_NE(a.config->state_dir, b.config->state_dir);
+  EXPECT_EQ(a.config->state_dir, default_state_dir("/tmp/one/espgw.conf")) << "stable";
+  // Set, it is taken as it is (relative to the file's directory).
+  const auto set =
+      parse_gateway_config_text(minimal + "state-dir = state\n", "/tmp/one/espgw.conf");
+  ASSERT_TRUE(set.config);
+  EXPECT_EQ(set.config->state_dir, "/tmp/one/state");
+}
+
 TEST(GatewayConfig, EveryBadLineIsNamedByFileAndLine) {
   const auto result = parse_gateway_config_text(R"(local-address = 192.0.2.1
 static-sa-file = s.conf
