@@ -38,11 +38,14 @@ class SaStateKeeper {
   // (2^32 / 2^20: four thousand crashes before a non-ESN SA runs out).
   static constexpr uint64_t kOutboundBlock = uint64_t{1} << 20;
   // Inbound reservations follow the SA's rate (what it accepted per tick, times
-  // kInboundRateFactor), within these bounds: after a crash the peer's next packets up
-  // to the reservation are refused, so a slow SA keeps it short.
+  // kInboundRateFactor: about half a second of traffic), within these bounds. After a
+  // crash the peer's next packets up to the reservation are refused, so a slow SA keeps
+  // it short; a restart takes longer than half a second anyway, and what the peer sends
+  // meanwhile uses those numbers up. A shorter step would mean more writes: an SA at a
+  // steady rate has its reservation raised about every quarter second.
   static constexpr uint64_t kInboundMinBlock = 64;
   static constexpr uint64_t kInboundMaxBlock = uint64_t{1} << 20;
-  static constexpr uint64_t kInboundRateFactor = 16;
+  static constexpr uint64_t kInboundRateFactor = 256;
   // A key charon has just derived may be used this far before anything is on disk: if
   // espgw dies first, the replayed SA finds no record and is held until charon rekeys it.
   static constexpr uint64_t kNewKeyAllowance = uint64_t{1} << 20;
