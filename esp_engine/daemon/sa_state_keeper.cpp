@@ -23,6 +23,17 @@ namespace {
 // after a crash short.
 constexpr auto kTick = std::chrono::milliseconds(2);
 
+// An inbound reservation step covers about half a second at the SA's average rate over the
+// last 100 ms, or 32 ms at the rate of the last tick, whichever is more.
+constexpr unsigned kTicksPerRateWindow = 50;
+constexpr uint64_t kWindowsPerStep = 5;
+constexpr uint64_t kTicksPerBurstStep = 16;
+
+uint64_t step_for(uint64_t packets) {
+  return std::clamp<uint64_t>(std::bit_ceil(packets + 1), SaStateKeeper::kInboundMinBlock,
+                              SaStateKeeper::kInboundMaxBlock);
+}
+
 const char* origin_name(InstallOrigin origin) {
   switch (origin) {
     case InstallOrigin::static_file:
@@ -229,11 +240,19 @@ bool SaStateKeeper::reserve() {
       const uint64_t packets = tracked.inbound->counters().packets();
       const uint64_t per_tick = packets - std::min(packets, tracked.packets_at_last_tick);
       tracked.packets_at_last_tick = packets;
-      const uint64_t wanted = std::clamp<uint64_t>(std::bit_ceil(per_tick * kInboundRateFactor + 1),
-                                                   kInboundMinBlock, kInboundMaxBlock);
-      // Grows at once, shrinks by half a tick: a burst must not wait, and a quiet SA
-      // soon gets a short step again (what a crash makes it refuse).
-      tracked.block = std::max(wanted, tracked.block / 2);
+      // Two views of the rate: this tick's (a burst must not outrun its reservation) and
+      // the last window's average (a steady SA writes seldom; one tick with a packet in
+      // it says little about an SA that gets one every ten ticks).
+      if (++tracked.ticks_in_window == kTicksPerRateWindow) {
+        const uint64_t in_window = packets - std::min(packets, tracked.packets_at_window_start);
+        tracked.window_block = step_for(in_window * kWindowsPerStep);
+        tracked.packets_at_window_start = packets;
+        tracked.ticks_in_window = 0;
+      }
+      // Grows at once, shrinks by half a tick: a quiet SA soon gets a short step again
+      // (what a crash makes it refuse).
+      tracked.block = std::max(
+          {step_for(per_tick * kTicksPerBurstStep), tracked.window_block, tracked.block / 2});
       if (tracked.durable_written && tracked.durable >= top + tracked.block / 2) continue;
       const uint64_t last = esp::last_sequence_number(window.esn());
       const uint64_t target =

@@ -37,15 +37,14 @@ class SaStateKeeper {
   // Outbound reservations run this far ahead: a crash skips at most this many numbers
   // (2^32 / 2^20: four thousand crashes before a non-ESN SA runs out).
   static constexpr uint64_t kOutboundBlock = uint64_t{1} << 20;
-  // Inbound reservations follow the SA's rate (what it accepted per tick, times
-  // kInboundRateFactor: about half a second of traffic), within these bounds. After a
-  // crash the peer's next packets up to the reservation are refused, so a slow SA keeps
-  // it short; a restart takes longer than half a second anyway, and what the peer sends
-  // meanwhile uses those numbers up. A shorter step would mean more writes: an SA at a
-  // steady rate has its reservation raised about every quarter second.
+  // Inbound reservations follow the SA's rate (about half a second of its traffic,
+  // sa_state_keeper.cpp), within these bounds. After a crash the peer's next packets up
+  // to the reservation are refused, so a slow SA keeps it short; a restart takes longer
+  // than half a second anyway, and what the peer sends meanwhile uses those numbers up.
+  // A shorter step would mean more writes: an SA at a steady rate has its reservation
+  // raised about every quarter second.
   static constexpr uint64_t kInboundMinBlock = 64;
   static constexpr uint64_t kInboundMaxBlock = uint64_t{1} << 20;
-  static constexpr uint64_t kInboundRateFactor = 256;
   // A key charon has just derived may be used this far before anything is on disk: if
   // espgw dies first, the replayed SA finds no record and is held until charon rekeys it.
   static constexpr uint64_t kNewKeyAllowance = uint64_t{1} << 20;
@@ -107,6 +106,9 @@ class SaStateKeeper {
     uint64_t used = 0;                  // known high water (exact once the SA is retired)
     uint64_t durable = 0;               // what the file says (0: nothing written yet)
     uint64_t packets_at_last_tick = 0;  // inbound: what the SA had accepted then
+    uint64_t packets_at_window_start = 0;
+    unsigned ticks_in_window = 0;
+    uint64_t window_block = kInboundMinBlock;
     uint64_t block = kInboundMinBlock;  // inbound: the current reservation step
     bool held = false;
     bool durable_written = false;
