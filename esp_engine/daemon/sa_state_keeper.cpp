@@ -116,6 +116,7 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
   std::lock_guard lock(mutex_);
   bool fresh = false;
   Tracked& tracked = track_locked(key, origin, true, fresh);
+  take_over_locked(tracked, sa.get());
   tracked.outbound = sa;
   tracked.inbound.reset();
   tracked.spi = sa->config().spi;
@@ -147,6 +148,7 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
   const bool anti_replay = sa->replay_window().size() != 0;
   bool fresh = false;
   Tracked& tracked = track_locked(key, origin, anti_replay, fresh);
+  take_over_locked(tracked, sa.get());
   tracked.inbound = sa;
   tracked.outbound.reset();
   tracked.spi = sa->config().spi;
@@ -174,10 +176,16 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
   return false;
 }
 
-uint64_t SaStateKeeper::live_high_water(const Tracked& tracked) const {
-  if (tracked.outbound) return tracked.outbound->last_sequence();
-  if (tracked.inbound) return tracked.inbound->replay_window().highest();
-  return tracked.used;
+void SaStateKeeper::take_over_locked(Tracked& tracked, const void* successor) {
+  if (tracked.outbound && tracked.outbound.get() != successor) {
+    tracked.used = std::max(tracked.used, tracked.outbound->seal());
+    log(LogLevel::warn, "SA out spi 0x%08x: another SA took its key over; sealed", tracked.spi);
+  }
+  if (tracked.inbound && tracked.inbound.get() != successor) {
+    tracked.inbound->replay_window().set_held(true);
+    tracked.used = std::max(tracked.used, tracked.inbound->replay_window().highest());
+    log(LogLevel::warn, "SA in spi 0x%08x: another SA took its key over; held", tracked.spi);
+  }
 }
 
 void SaStateKeeper::retire(const xfrm::SaStateKey& key, bool forget) {

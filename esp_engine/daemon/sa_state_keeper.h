@@ -117,7 +117,9 @@ class SaStateKeeper {
   };
   Tracked& track_locked(const xfrm::SaStateKey& key, InstallOrigin origin, bool anti_replay,
                         bool& fresh);
-  uint64_t live_high_water(const Tracked& tracked) const;
+  // One live SA per key: a second one (two SAs given the same key) takes over from the
+  // first, which is sealed or held, so that the two never count the same numbers.
+  void take_over_locked(Tracked& tracked, const void* successor);
   void put_locked(const xfrm::SaStateKey& key, const Tracked& tracked, uint64_t value);
   void run();
 

@@ -219,6 +219,22 @@ TEST_F(SaStateKeeperTest, AReinstalledKeyContinuesWithoutAGapOrAWait) {
   EXPECT_EQ(sequence, last + 1);
 }
 
+TEST_F(SaStateKeeperTest, TwoLiveSasNeverShareAKeysNumbers) {
+  // Refused in a static file, but if two installed SAs ever carried one key, the second
+  // takes over after the first's last number and the first is sealed.
+  SaStateKeeper keeper(directory_);
+  auto first = outbound(7);
+  keeper.adopt(out_key_, first, InstallOrigin::charon_new);
+  const uint64_t last = send(*first, 10);
+  auto second = outbound(7);
+  keeper.adopt(out_key_, second, InstallOrigin::charon_new);
+  uint64_t sequence = 0;
+  EXPECT_EQ(take(*first, sequence), DropReason::sa_held);
+  ASSERT_TRUE(keeper.reserve());
+  ASSERT_EQ(take(*second, sequence), DropReason::none);
+  EXPECT_EQ(sequence, last + 1);
+}
+
 TEST_F(SaStateKeeperTest, AForgottenKeyLeavesTheFile) {
   SaStateKeeper keeper(directory_);
   auto sa = outbound(7);
