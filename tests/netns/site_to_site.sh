@@ -431,7 +431,11 @@ run_storm() {
     pass "storm: every datagram accounted for ($sent sent, $unaccounted unaccounted, tolerance $tolerance)"
   else fail "storm: accounting: $account"; fi
   log "storm: $account"
-  if ((rss_end * 100 <= rss_warm * 105)); then
+  # Under AddressSanitizer freed memory waits in its quarantine (up to 256 MiB), so the RSS
+  # is the sanitizer's, not espgw's: the release build's run of this scenario checks it.
+  if ldd "$ESPGW" 2>/dev/null | grep -q libasan; then
+    log "storm: RSS not checked in an AddressSanitizer build (${rss_warm} -> ${rss_end} KiB)"
+  elif ((rss_end * 100 <= rss_warm * 105)); then
     pass "storm: gwB RSS ${rss_start} KiB at start, ${rss_warm} after the first storm, ${rss_end} after the second (<= +5%)"
   else fail "storm: gwB RSS grew from ${rss_warm} to ${rss_end} KiB (start ${rss_start})"; fi
   read -r received transmitted < <(ping_loss storm)
