@@ -8,7 +8,7 @@
 # IPv6 inside; only ESP on the WAN (tshark); a DF packet too big for the tunnel brings
 # ICMP back; counters move; scapy (an ESP implementation we did not write) decrypts what
 # espgw put on the wire, and espgw accepts and delivers an ESP packet scapy built;
-# SIGTERM removes the TUN device and the routes. raw4 (both gateways without workers)
+# SIGTERM removes the TUN device and its routes (the fail-closed ones stay). raw4 (both gateways without workers)
 # also checks that readers the host holds back lose no lone packet to the queue-delay gate.
 #
 # Scenario jumbo: a 9000-byte WAN between a 1500-byte and a 1400-byte LAN, with
