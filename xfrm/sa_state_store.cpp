@@ -221,7 +221,7 @@ bool SaStateStore::write(std::string* error, bool force) {
 }
 
 std::string SaStateStore::serialize(const std::map<SaStateKey, SaStateRecord>& records) {
-  std::string body(kHeader);
+  std::string body;
   for (const auto& [key, record] : records) {
     char spi[11];
     std::snprintf(spi, sizeof spi, "0x%08x", record.spi);
@@ -230,6 +230,11 @@ std::string SaStateStore::serialize(const std::map<SaStateKey, SaStateRecord>& r
             " spi " + spi + " dst " +
             (record.destination.family ? record.destination.to_string() : std::string("-")) + "\n";
   }
+  return file_text(body);
+}
+
+std::string SaStateStore::file_text(std::string_view record_lines) {
+  const std::string body = std::string(kHeader) + std::string(record_lines);
   return body + std::string(kChecksumWord) + sha256_hex(body) + "\n";
 }
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "esp/ip_address.h"
 #include "xfrm/direction.h"
@@ -80,6 +81,8 @@ class SaStateStore {
   // The file's text for the records (what write() puts on disk), and its parser: nullopt
   // when the text is not a complete, verified state file.
   static std::string serialize(const std::map<SaStateKey, SaStateRecord>& records);
+  // A state file around record lines as they are: the header and the checksum line.
+  static std::string file_text(std::string_view record_lines);
   static std::optional<std::map<SaStateKey, SaStateRecord>> parse(const std::string& text,
                                                                   std::string* error = nullptr);
 
