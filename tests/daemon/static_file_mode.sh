@@ -19,6 +19,8 @@ fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 cat >"$WORK/espgw.conf" <<EOS
 tun-name = espgwmode0
 local-address = 127.0.0.1
+# The SA state stays in the test's directory, not under /var/lib/espgw.
+state-dir = state
 static-sa-file = static.conf
 workers = 1
 EOS
