@@ -520,7 +520,8 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, InstallOrigin origi
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   const auto& backend = *crypto::find_backend(config_.crypto_backend);
   // Taken before the SA wipes its copy of the key: the key is what its counter belongs to.
-  const xfrm::SaStateKey state_key{entry.direction, xfrm::key_fingerprint(entry.config.key_material)};
+  const xfrm::SaStateKey state_key{entry.direction,
+                                   xfrm::key_fingerprint(entry.config.key_material)};
   if (entry.direction == xfrm::Direction::out) {
     if (auto existing = outbound_.find(key); existing != outbound_.end()) {
       if (unchanged(*existing->second, entry)) {
@@ -939,8 +940,8 @@ bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed) {
     return found != entries.end() && !found->second->from_charon;
   };
   if (is_static(outbound_) || is_static(inbound_)) return false;  // the static file's
-  const bool installed =
-      install_sa_locked(entry, replayed ? InstallOrigin::charon_replayed : InstallOrigin::charon_new);
+  const bool installed = install_sa_locked(
+      entry, replayed ? InstallOrigin::charon_replayed : InstallOrigin::charon_new);
   update_tunnel_mtu_locked();
   return installed;
 }
@@ -1215,7 +1216,8 @@ void Gateway::enforce_lifetimes() {
     auto state = xfrm::check(entry.lifetimes, counters.bytes(), packets, seconds);
     // An outbound SA also expires with its sequence numbers, whatever its lifetimes say.
     if constexpr (std::is_same_v<std::decay_t<decltype(installed)>, OutboundEntry>)
-      state = std::max(state, xfrm::check_sequence(installed.sa->last_sequence(), entry.config.esn));
+      state =
+          std::max(state, xfrm::check_sequence(installed.sa->last_sequence(), entry.config.esn));
     if (state <= tracking.reported) return;
     tracking.reported = state;
     // charon rekeys its own SAs; a static SA's expiry is only logged.

@@ -21,8 +21,8 @@
 
 #include "daemon/config.h"
 #include "daemon/gateway_status.h"
-#include "daemon/sa_state_keeper.h"
 #include "daemon/ike_rate_limiter.h"
+#include "daemon/sa_state_keeper.h"
 #include "esp/counters.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
@@ -249,7 +249,7 @@ class Gateway {
 
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
   std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
-  std::map<std::string, RouteUse> routes_;        // routes we added, by prefix
+  std::map<std::string, RouteUse> routes_;  // routes we added, by prefix
   // espgw's routing table (all its routes) and rule priorities, its fail-closed routes
   // and bypass rules.
   xfrm::RoutingIds routing_;
@@ -259,7 +259,7 @@ class Gateway {
   unsigned fail_closed_route_errors_ = 0;  // routes the kernel refused (startup stops on any)
   // The nftables table of the policies; rewritten by sync_kernel_firewall when dirty.
   std::unique_ptr<xfrm::KernelFirewall> firewall_;
-  bool firewall_dirty_ = true;  // under control_mutex_
+  bool firewall_dirty_ = true;                    // under control_mutex_
   std::map<std::string, uint32_t> path_mtus_;     // route MTU by address (peers, local selectors)
   std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
   std::multiset<unsigned> lan_mtu_candidates_;    // one per inbound SA with local selectors

@@ -37,7 +37,7 @@ enum class DropReason : uint8_t {
   // re-installed an SA espgw has no record of): it carries nothing on this key until it
   // is rekeyed, since a counter restarted at 1 would reuse nonces or accept replays.
   sa_held,
-  count_               // number of reasons; keep last
+  count_  // number of reasons; keep last
 };
 
 inline constexpr size_t kDropReasonCount = static_cast<size_t>(DropReason::count_);

@@ -21,7 +21,9 @@ namespace espgw::esp {
 
 // The last sequence number an SA may use: 2^32-1 without ESN, 2^64-1 with it (RFC 4303
 // forbids cycling: the SA must be rekeyed before).
-constexpr uint64_t last_sequence_number(bool esn) { return esn ? ~uint64_t{0} : 0xFFFFFFFFull; }
+constexpr uint64_t last_sequence_number(bool esn) {
+  return esn ? ~uint64_t{0} : 0xFFFFFFFFull;
+}
 
 struct UdpEncapsulation {  // RFC 3948
   uint16_t source_port = 4500;

@@ -191,11 +191,11 @@ static void replay_locked(private_espgw_control_t *this, linked_list_t *rekey)
 				 * counters the new one must continue (or hold the SA until the rekey
 				 * asked for below). Without the mark it would take them for new keys. */
 				chunk_t marked = entry->spi ? evc_append_kv(entry->packet, "replayed",
-											chunk_from_str("yes"))
+															chunk_from_str("yes"))
 											: chunk_empty;
-				chunk_t response = entry->spi ? (marked.len ? exchange(this->fd, marked)
-															: chunk_empty)
-											  : exchange(this->fd, entry->packet);
+				chunk_t response =
+					entry->spi ? (marked.len ? exchange(this->fd, marked) : chunk_empty)
+							   : exchange(this->fd, entry->packet);
 				uint8_t type;
 				chunk_t name, message;
 
