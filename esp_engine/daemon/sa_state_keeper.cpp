@@ -242,8 +242,7 @@ bool SaStateKeeper::reserve() {
       raises.push_back({&tracked, target});
     } else if (tracked.inbound && tracked.inbound->replay_window().size() != 0) {
       auto& window = tracked.inbound->replay_window();
-      // An authentic packet beyond the limit (the peer jumped ahead) moves it there.
-      const uint64_t top = std::max(window.highest(), window.unreserved_seen());
+      const uint64_t top = window.highest();
       // The rate is what the SA accepted, not how far its top moved (a jump is no rate).
       const uint64_t packets = tracked.inbound->counters().packets();
       const uint64_t per_tick = packets - std::min(packets, tracked.packets_at_last_tick);

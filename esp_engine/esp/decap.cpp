@@ -48,16 +48,6 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
   return DropReason::none;
 }
 
-constexpr uint8_t kProtocolIcmp = 1;
-constexpr uint8_t kProtocolTcp = 6;
-constexpr uint8_t kProtocolIpv6HopByHop = 0;
-constexpr uint8_t kProtocolIpv6Routing = 43;
-constexpr uint8_t kProtocolIpv6Fragment = 44;
-constexpr uint8_t kProtocolAh = 51;
-constexpr uint8_t kProtocolIcmpv6 = 58;
-constexpr uint8_t kProtocolIpv6DestinationOptions = 60;
-constexpr uint8_t kProtocolSctp = 132;
-constexpr uint8_t kProtocolUdpLite = 136;
 // Longer chains are legal but unheard of; a packet whose chain goes on longer only
 // matches selectors of any protocol.
 constexpr int kMaxExtensionHeaders = 8;

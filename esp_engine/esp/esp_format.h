@@ -22,6 +22,17 @@ inline constexpr uint8_t kProtocolIpv6 = 41;
 inline constexpr uint8_t kProtocolNoNext = 59;  // RFC 4303 dummy packet
 inline constexpr uint8_t kProtocolEsp = 50;
 inline constexpr uint8_t kProtocolUdp = 17;
+// What the inbound selector check reads past the inner IP header.
+inline constexpr uint8_t kProtocolIcmp = 1;
+inline constexpr uint8_t kProtocolTcp = 6;
+inline constexpr uint8_t kProtocolSctp = 132;
+inline constexpr uint8_t kProtocolUdpLite = 136;
+inline constexpr uint8_t kProtocolIcmpv6 = 58;
+inline constexpr uint8_t kProtocolAh = 51;
+inline constexpr uint8_t kProtocolIpv6HopByHop = 0;
+inline constexpr uint8_t kProtocolIpv6Routing = 43;
+inline constexpr uint8_t kProtocolIpv6Fragment = 44;
+inline constexpr uint8_t kProtocolIpv6DestinationOptions = 60;
 
 // Smallest ESP packet that can be valid: header, IV, an empty payload's trailer, ICV.
 inline constexpr size_t kMinEspPacketLength =

@@ -82,13 +82,9 @@ ReplayWindow::Verdict ReplayWindow::commit_locked(uint64_t sequence) {
   const Verdict verdict = verdict_for(sequence, top);
   if (verdict != Verdict::accept) return verdict;
   // Checked here, after authentication, not in the pre-check: the number is then the
-  // peer's own, and the reservation may follow it however far it jumped (a peer that
-  // restarted past its last reservation). A forged number never gets this far.
-  if (sequence > accept_limit_.load(std::memory_order_relaxed)) {
-    if (sequence > unreserved_seen_.load(std::memory_order_relaxed))
-      unreserved_seen_.store(sequence, std::memory_order_relaxed);
-    return Verdict::unreserved;
-  }
+  // peer's own, which the reservation may follow however far it jumped (decapsulation
+  // asks for that first, InboundSa::reserve_through). A forged number never gets here.
+  if (sequence > accept_limit_.load(std::memory_order_relaxed)) return Verdict::unreserved;
   if (size_ == 0) {
     if (sequence > top) top_.store(sequence, std::memory_order_release);
     return Verdict::accept;

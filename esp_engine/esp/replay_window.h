@@ -50,9 +50,6 @@ class ReplayWindow {
   // before it. No limit unless set.
   void set_accept_limit(uint64_t limit) { accept_limit_.store(limit, std::memory_order_relaxed); }
   uint64_t accept_limit() const { return accept_limit_.load(std::memory_order_relaxed); }
-  // The highest authentic sequence number refused for being above the accept limit (0:
-  // none): where the next reservation has to reach.
-  uint64_t unreserved_seen() const { return unreserved_seen_.load(std::memory_order_relaxed); }
   void set_held(bool held) { held_.store(held, std::memory_order_relaxed); }
   bool held() const { return held_.load(std::memory_order_relaxed); }
 
@@ -91,7 +88,6 @@ class ReplayWindow {
   uint32_t block_mask_;  // number of blocks - 1 (a power of two)
   std::atomic<uint64_t> top_{0};
   std::atomic<uint64_t> accept_limit_{UINT64_MAX};
-  std::atomic<uint64_t> unreserved_seen_{0};  // written under commit_lock_
   std::atomic<bool> held_{false};
   std::unique_ptr<std::atomic<uint64_t>[]> blocks_;
   SpinLock commit_lock_;
