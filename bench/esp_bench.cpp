@@ -1,6 +1,6 @@
 // ESP engine micro benchmark: espgw's encapsulation and decapsulation against raw ipsec-mb
-// calls on the same payload, side by side in one binary (GUIDE 5: "a comparison is measured
-// side by side in one run, and the ratio is what counts").
+// calls on the same payload, side by side in one binary: a comparison is measured side by side in
+// one run, and the ratio is what counts.
 //
 // For each algorithm (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305, ipsec-mb backend),
 // inner packet size (64, 1400, 8192 bytes) and direction:

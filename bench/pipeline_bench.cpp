@@ -1,5 +1,5 @@
 // Parallel pipeline benchmark: the whole in-memory data path of the gateway, through the
-// real esp_engine/pipeline code, against raw ipsec-mb measured in the same binary (GUIDE 5).
+// real esp_engine/pipeline code, against raw ipsec-mb measured in the same binary.
 //
 //   feeder (the benchmark thread)
 //     acquire a Packet (nullptr = backpressure: yield and retry), copy a 1400-byte inner

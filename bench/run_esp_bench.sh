@@ -25,8 +25,8 @@ ninja -C "$build_dir" -j "${JOBS:-2}" espgw_esp_bench
 
 mkdir -p bench/results
 # Random interleaving runs the repetitions of all benchmarks in random order, so that a raw
-# benchmark and its espgw counterpart see the same background load on average (GUIDE 5:
-# side by side, in one run).
+# benchmark and its espgw counterpart see the same background load on average (side by side,
+# in one run).
 "$binary" \
   --benchmark_repetitions=5 \
   --benchmark_report_aggregates_only=true \

@@ -29,7 +29,7 @@
 # between the LANs).
 #
 # Writes bench/results/site_to_site.json, prints a table with the ratios the project's
-# targets name (docs: /work/shared/GUIDE.md section 5), and draws
+# targets name (docs/performance.md), and draws
 # docs/img/site_to_site.png with bench/plot_site_to_site.py.
 #
 # Usage: bench/site_to_site_bench.sh            (as root)
@@ -94,7 +94,7 @@ ESPGW_BUILD_DIR=$ROOT/build/s2sbench
 ESPGWCTL=${ESPGWCTL:-$ESPGW_BUILD_DIR/vici_bridge/espgwctl}
 PLUGIN=${PLUGIN:-$ESPGW_BUILD_DIR/vici_bridge/charon_plugin/libstrongswan-espgw.so}
 CHARON=/usr/lib/ipsec/charon
-PYTHON=/usr/bin/python3  # the one with matplotlib (see GUIDE 4.3)
+PYTHON=/usr/bin/python3  # Debian's, which has matplotlib and scapy; another may be first on PATH
 STRONGSWAN_TEMPLATES=$ROOT/bench/strongswan
 
 RUN=s2s$$
@@ -559,7 +559,7 @@ cpu_snapshot() {  # one line: uptime, /proc/stat busy and total jiffies, then gw
   echo "$line"
 }
 
-start_iperf_server() {  # one-shot server in lanB; absolute paths for -I/--logfile (GUIDE 4.4)
+start_iperf_server() {  # one-shot server in lanB; absolute paths for -I/--logfile (iperf3 -D exits silently without them)
   local pidfile=$WORK/iperf-server.pid
   rm -f "$pidfile"
   in_ns "$LANB" iperf3 -s -1 -D -I "$pidfile" --logfile "$WORK/$PATH_NAME-iperf3-server.log" ||

@@ -35,7 +35,7 @@ if ((${#missing[@]})); then
 fi
 
 # The charon plugin compiles against strongSwan's source headers, which Debian ships only
-# in the source package (GUIDE 4.3): add a deb-src entry for the main suites (the security
+# in the source package: add a deb-src entry for the main suites (the security
 # suite's .dsc is not served) and fetch the tarball into the cache the build reads.
 deb_src=/etc/apt/sources.list.d/espgw-deb-src.sources
 if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then

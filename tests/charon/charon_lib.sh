@@ -6,7 +6,7 @@
 # Each charon runs in its gateway's network namespace and in a private mount namespace
 # with its own /run (charon's pid file path is compiled in). The espgw plugin is loaded
 # with LD_PRELOAD, so nothing is installed on the system: charon finds a plugin's create
-# function in the process before it searches the plugin directory (GUIDE 4.3).
+# function in the process before it searches the plugin directory.
 
 CHARON=/usr/lib/ipsec/charon
 # The shipped example configurations, which the psk-config and x509 scenarios run.

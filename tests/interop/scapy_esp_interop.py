@@ -2,7 +2,7 @@
 """Cross-check espgw's ESP against scapy's independent implementation, both directions.
 
 Run with /usr/bin/python3: python3-scapy (Debian, 2.5.0) is installed for that interpreter
-only (GUIDE 4.3).
+only.
 
     scapy_esp_interop.py --tool build/release/tests/interop/espgw_esp_tool
 
@@ -37,7 +37,7 @@ packet twice gives replayed; the ESN high bits are authenticated (wrong epoch ->
 icv-failure, ESN on one side only -> icv-failure); scapy refuses espgw's packet under the
 wrong key (so the reference is not vacuous).
 
-scapy 2.5.0 quirks worked around here (see GUIDE 4.3):
+scapy 2.5.0 quirks worked around here:
   * encrypt()/decrypt() combine their esn= and seq_num= arguments with the SA's by `or`, so
     esn=0 and seq_num=0 silently fall back to the SA's values (measured: encrypt(seq_num=0)
     sends 1, decrypt(esn=0) on an SA made with esn=7 uses 7). So one SecurityAssociation is

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Puts strongSwan's source headers (libstrongswan, libcharon) for the installed version under
 # DEST, for building the espgw charon plugin. Debian ships no charon headers, so they come
-# from the source package through apt (GUIDE 4.3; tools/install-deps.sh adds the deb-src
+# from the source package through apt (tools/install-deps.sh adds the deb-src
 # entry). The tarball is cached in ESPGW_STRONGSWAN_CACHE (default /var/cache/espgw) so a
 # new build tree needs no network; the extracted headers are cached in DEST.
 #   fetch_strongswan_headers.sh DEST
