@@ -27,7 +27,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(readlink -f "${BUILD:-$ROOT/build/release}")
-ESPGW=$BUILD/esp_engine/daemon/espgw
+ESPGW=$BUILD/daemon/espgw
 ESPGWCTL=$BUILD/vici_bridge/espgwctl
 PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
 SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000 5000}

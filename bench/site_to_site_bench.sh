@@ -50,7 +50,7 @@
 #                           wan-rx-udp0, crypto-N; docs/gateway.md) and the hottest functions
 #                           (BENCH_OUT with .json replaced by -profile.txt). perf costs
 #                           throughput: take the throughput figures from a run without it.
-#   ESPGW=path/to/espgw     default build/s2sbench/esp_engine/daemon/espgw, built if absent
+#   ESPGW=path/to/espgw     default build/s2sbench/daemon/espgw, built if absent
 #   ESPGWCTL=path/to/espgwctl   (espgw-charon) default: the espgwctl of ESPGW's build tree,
 #                           BUILD/vici_bridge/espgwctl (built if absent in build/s2sbench)
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
@@ -87,10 +87,10 @@ if [[ $ESPGW_WORKERS == auto ]]; then
   ((ESPGW_WORKERS > 1)) || ESPGW_WORKERS=inline
 fi
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
-ESPGW=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
+ESPGW=${ESPGW:-$ROOT/build/s2sbench/daemon/espgw}
 # The plugin and espgwctl come from the same build tree as ESPGW unless given.
 ESPGW_BUILD_DIR=$ROOT/build/s2sbench
-[[ $ESPGW == */esp_engine/daemon/espgw ]] && ESPGW_BUILD_DIR=${ESPGW%/esp_engine/daemon/espgw}
+[[ $ESPGW == */daemon/espgw ]] && ESPGW_BUILD_DIR=${ESPGW%/daemon/espgw}
 ESPGWCTL=${ESPGWCTL:-$ESPGW_BUILD_DIR/vici_bridge/espgwctl}
 PLUGIN=${PLUGIN:-$ESPGW_BUILD_DIR/vici_bridge/charon_plugin/libstrongswan-espgw.so}
 CHARON=/usr/lib/ipsec/charon
@@ -713,7 +713,7 @@ if [[ -n ${BENCH_PROFILE:-} ]]; then
   done >"$PROFILE_OUT"
   log "profile: $PROFILE_OUT"
 fi
-ESPGW_BIN=${ESPGW:-$ROOT/build/s2sbench/esp_engine/daemon/espgw}
+ESPGW_BIN=${ESPGW:-$ROOT/build/s2sbench/daemon/espgw}
 "$PYTHON" - "$RESULTS" "$BENCH_OUT" <<EOF
 import json, os, re, statistics, subprocess, sys, datetime, platform
 

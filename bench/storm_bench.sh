@@ -11,7 +11,7 @@
 #
 #   bash bench/storm_bench.sh            (root; about a minute)
 #   STORM_COUNT=1000000 STORM_RATES="50000 0" BENCH_OUT=bench/results/storm.json
-#   ESPGW=path/to/espgw   default build/storm/esp_engine/daemon/espgw, built if absent
+#   ESPGW=path/to/espgw   default build/storm/daemon/espgw, built if absent
 #   ESPGWCTL=path/to/espgwctl   default: the espgwctl of ESPGW's build tree
 #
 # Writes BENCH_OUT (JSON, one object per storm) and prints a table.
@@ -22,7 +22,7 @@ STORM_COUNT=${STORM_COUNT:-1000000}
 STORM_RATES=${STORM_RATES:-50000 0}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/storm.json}
 if [[ -z ${ESPGW:-} ]]; then
-  ESPGW=$ROOT/build/storm/esp_engine/daemon/espgw
+  ESPGW=$ROOT/build/storm/daemon/espgw
   if [[ ! -x $ESPGW ]]; then
     cmake -S "$ROOT" -B "$ROOT/build/storm" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build "$ROOT/build/storm" --target espgw espgwctl >/dev/null
