@@ -83,7 +83,7 @@ struct GatewayConfig {
   // delay the slower the reader drains it, so the reader also drops (after decryption,
   // counted as queue-delay) once the queue has stayed above `queue_delay_target` for
   // `queue_delay_interval`. A target of 0 turns it off. Tuned for site-to-site links of
-  // sub-millisecond RTT (docs/performance.md, "Queue delay"): with 500 us / 5 ms the
+  // sub-millisecond RTT (docs/performance.md, "Workers or none"): with 500 us / 5 ms the
   // latency under load fell by about a quarter, with 300 us / 2 ms it halved, at the same
   // throughput.
   // Unset ("auto"): kAutoQueueDelayTarget when the readers run to completion, where the

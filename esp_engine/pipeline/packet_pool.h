@@ -26,7 +26,7 @@
 // 32 (1/256 of the pool) every batch spilled onto the stack and refilled from it, so with
 // two readers each took packets the other had just written, whose lines then crossed
 // between the CPUs: two readers on SAs of their own reached 1.0x one reader instead of
-// 1.6x (docs/performance.md, "Thread caches of the pool").
+// 1.6x (docs/performance.md, "Parallel pipeline in memory").
 #pragma once
 
 #include <array>
