@@ -1,66 +1,63 @@
 #include "xfrm/spd.h"
 
-#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 
+#include "xfrm/spd_flow_cache.h"
+
 namespace espgw::xfrm {
 
-bool Spd::evaluated_before(const Entry& a, const Entry& b) {
-  if (a.policy.priority != b.policy.priority) return a.policy.priority < b.policy.priority;
-  if (a.specificity != b.specificity) return a.specificity > b.specificity;
-  return a.sequence < b.sequence;
+namespace {
+// Unique across all SPDs: one created at a destroyed one's address can never take its
+// cached answers.
+uint64_t next_generation() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
+}  // namespace
+
+Spd::Spd() : generation_(next_generation()) {}
 
 bool Spd::add(const Policy& policy) {
-  const auto index = static_cast<size_t>(policy.direction);
-  if (index >= kDirections) return false;
   std::unique_lock lock(mutex_);
-  for (const auto& list : lists_)
-    for (const auto& entry : list)
-      if (entry.policy.id == policy.id) return false;
-  Entry entry{policy, policy.selector.specificity(), next_sequence_++};
-  auto& list = lists_[index];
-  list.insert(std::upper_bound(list.begin(), list.end(), entry, evaluated_before),
-              std::move(entry));
+  if (!index_.add(policy, next_sequence_)) return false;
+  ++next_sequence_;
+  generation_.store(next_generation(), std::memory_order_release);
   return true;
 }
 
 bool Spd::remove(uint32_t id) {
   std::unique_lock lock(mutex_);
-  for (auto& list : lists_) {
-    auto it = std::find_if(list.begin(), list.end(),
-                           [id](const Entry& entry) { return entry.policy.id == id; });
-    if (it != list.end()) {
-      list.erase(it);
-      return true;
-    }
-  }
-  return false;
+  if (!index_.remove(id)) return false;
+  generation_.store(next_generation(), std::memory_order_release);
+  return true;
 }
 
 std::optional<Policy> Spd::lookup(Direction direction, const FlowKey& key) const {
-  const auto index = static_cast<size_t>(direction);
-  if (index >= kDirections) return std::nullopt;
-  // Selectors are written local -> remote; an arriving packet's source is remote.
-  const FlowKey oriented = direction == Direction::out ? key : key.reversed();
+  if (static_cast<size_t>(direction) > static_cast<size_t>(Direction::fwd)) return std::nullopt;
+  SpdFlowCache& cache = SpdFlowCache::local();
+  // A lookup that overlaps a change may still take the answer from before it; one that
+  // starts after the change returned sees the new generation.
+  if (const auto* answer = cache.find(generation_.load(std::memory_order_acquire), direction, key))
+    return *answer;
   std::shared_lock lock(mutex_);
-  for (const auto& entry : lists_[index])
-    if (entry.policy.selector.matches(oriented)) return entry.policy;
-  return std::nullopt;
+  // Selectors are written local -> remote; an arriving packet's source is remote.
+  const Policy* found = index_.find(direction, direction == Direction::out ? key : key.reversed());
+  std::optional<Policy> answer;
+  if (found) answer = *found;
+  // Under the lock the generation is the one of the index just searched.
+  cache.store(generation_.load(std::memory_order_relaxed), direction, key, answer);
+  return answer;
 }
 
 std::vector<Policy> Spd::list() const {
   std::shared_lock lock(mutex_);
-  std::vector<Policy> out;
-  for (const auto& list : lists_)
-    for (const auto& entry : list) out.push_back(entry.policy);
-  return out;
+  return index_.list();
 }
 
 size_t Spd::size() const {
   std::shared_lock lock(mutex_);
-  return lists_[0].size() + lists_[1].size() + lists_[2].size();
+  return index_.size();
 }
 
 }  // namespace espgw::xfrm

@@ -154,6 +154,71 @@ TEST(Spd, InvalidDirectionIsRefused) {
   EXPECT_FALSE(spd.lookup(static_cast<Direction>(7), kOutbound));
 }
 
+// Each thread remembers recent answers: a change must void them, in this SPD only.
+TEST(Spd, RememberedAnswersFollowEveryChange) {
+  Spd spd;
+  ASSERT_TRUE(spd.add(policy(1, "10.1.0.0/16", "10.2.0.0/16", 10)));
+  EXPECT_EQ(winner(spd), 1u);
+  EXPECT_EQ(winner(spd), 1u);
+  ASSERT_TRUE(spd.add(policy(2, "10.1.0.0/16", "10.2.0.0/16", 5, PolicyAction::discard)));
+  EXPECT_EQ(winner(spd), 2u);
+  ASSERT_TRUE(spd.remove(2));
+  EXPECT_EQ(winner(spd), 1u);
+  ASSERT_TRUE(spd.remove(1));
+  EXPECT_EQ(winner(spd), 0u);
+  EXPECT_EQ(winner(spd), 0u);  // "no policy" is remembered too, and voided by an add
+  ASSERT_TRUE(spd.add(policy(3, "0.0.0.0/0", "0.0.0.0/0", 0, PolicyAction::bypass)));
+  EXPECT_EQ(winner(spd), 3u);
+  // Another SPD asked about the same flow gives its own answer.
+  Spd other;
+  ASSERT_TRUE(other.add(policy(4, "10.1.0.0/16", "10.2.0.0/16")));
+  EXPECT_EQ(winner(other), 4u);
+  EXPECT_EQ(winner(spd), 3u);
+  // A failed add or remove changes nothing.
+  EXPECT_FALSE(spd.add(policy(3, "10.1.0.1/32", "10.2.0.1/32")));
+  EXPECT_FALSE(spd.remove(99));
+  EXPECT_EQ(winner(spd), 3u);
+}
+
+// After each change, every reader's next lookup sees it, although each reader answered
+// the same flow from its own cache just before the change.
+TEST(SpdConcurrent, EveryReaderSeesEachChangeAtOnce) {
+  Spd spd;
+  ASSERT_TRUE(spd.add(policy(1, "10.1.0.0/16", "10.2.0.0/16", 10)));
+  constexpr int kReaders = 3;
+  constexpr int kChanges = 400;
+  // Phase k: policy 2 present for odd k. Readers check the phase's answer, twice (the
+  // second from the cache), and acknowledge; the writer waits for all before changing.
+  std::atomic<int> phase{0};
+  std::atomic<int> acknowledged{0};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r)
+    readers.emplace_back([&] {
+      for (int seen = 0; seen < kChanges;) {
+        const int now = phase.load(std::memory_order_acquire);
+        if (now == seen) {
+          std::this_thread::yield();
+          continue;
+        }
+        const uint32_t expected = now % 2 ? 2 : 1;
+        if (winner(spd) != expected || winner(spd) != expected) wrong.fetch_add(1);
+        seen = now;
+        acknowledged.fetch_add(1, std::memory_order_release);
+      }
+    });
+  for (int k = 1; k <= kChanges; ++k) {
+    if (k % 2)
+      ASSERT_TRUE(spd.add(policy(2, "10.1.0.0/16", "10.2.0.0/16", 5)));
+    else
+      ASSERT_TRUE(spd.remove(2));
+    phase.store(k, std::memory_order_release);
+    while (acknowledged.load(std::memory_order_acquire) < k * kReaders) std::this_thread::yield();
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 // Readers keep finding a consistent winner while a writer adds and removes a policy that
 // would win; the result is always one of the two, and the writer is never starved.
 TEST(SpdConcurrent, LookupsRunBesideChanges) {
