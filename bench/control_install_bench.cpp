@@ -10,9 +10,12 @@
 //   espgw_control_install_bench SOCKET CHILD_SAS [ESPGW_PID]
 //
 // Prints one JSON object. With ESPGW_PID, also espgw's resident memory before, with all
-// SAs installed, and after they were removed.
+// SAs installed, and after they were removed. With CONTROL_BENCH_HOOK set, runs that
+// command with the argument "before", "installed" or "removed" at each of those points
+// (say, to read espgw's heap statistics), outside the timed phases.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -77,6 +80,13 @@ Message child_policy(const char* direction, uint32_t reqid, bool with_action) {
                                      with_action ? std::optional<uint32_t>(reqid) : std::nullopt);
 }
 
+void run_hook(const char* phase) {
+  const char* hook = std::getenv("CONTROL_BENCH_HOOK");
+  if (!hook || !*hook) return;
+  const std::string command = std::string(hook) + " " + phase;
+  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "hook %s failed\n", phase);
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -96,6 +106,7 @@ int main(int argc, char** argv) {
     Message hello;
     hello.set("charon-instance", "control-install-bench");
     checked(client, "hello", hello);
+    run_hook("before");
     const long rss_before = rss_kib(pid);
 
     struct Child {
@@ -122,6 +133,7 @@ int main(int argc, char** argv) {
     const auto stats = checked(client, "stats", {});
     const uint64_t sas = stats.number("sas").value_or(0);
     const long rss_installed = rss_kib(pid);
+    run_hook("installed");
 
     // espgwctl's listing at this size: one list-sa event per SA ahead of the answer.
     client.subscribe("list-sa");
@@ -141,6 +153,7 @@ int main(int argc, char** argv) {
     const double remove_seconds = seconds_since(remove_start);
     const uint64_t left = checked(client, "stats", {}).number("sas").value_or(~uint64_t{0});
     const long rss_after = rss_kib(pid);
+    run_hook("removed");
 
     const double total = 2.0 * children;
     std::printf(

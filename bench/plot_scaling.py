@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Plots bench/scaling_bench.sh's JSON: establishment time, install rate and memory per SA
 against the number of CHILD_SAs, and ECMP throughput and fairness against the number of
-IKE_SAs."""
+IKE_SAs. The tunnels load (aggregate throughput through 1 to 1,000 tunnels at once) gets a
+figure of its own: TARGET itself when the file holds nothing else, otherwise next to it
+(TARGET's name with "_tunnels")."""
 import json
 import sys
 
@@ -11,8 +13,36 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def plot_tunnels(data, tunnels, target):
+    tunnels = sorted(tunnels, key=lambda r: r["tunnels"])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig.suptitle(f"espgw: UDP through many tunnels at once ({data['cpus']} CPUs, {data['date'][:10]})")
+    x = [str(r["tunnels"]) for r in tunnels]
+    ax.bar(x, [r["throughput_gbps"] or 0 for r in tunnels], color="#1565c0",
+           label="delivered to lanB (all tunnels)")
+    ax.plot(x, [r["sent_gbps"] or 0 for r in tunnels], "s--", color="grey", label="offered by lanA")
+    ax.set_xlabel("tunnels (SA pairs, one remote /32 each)")
+    ax.set_ylabel("aggregate UDP payload, Gbit/s")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower left")
+    twin = ax.twinx()
+    twin.plot(x, [r["jain_fairness"] or 0 for r in tunnels], "o-", color="#c62828")
+    twin.set_ylim(0, 1.05)
+    twin.set_ylabel("Jain fairness over outbound SAs", color="#c62828")
+    fig.tight_layout()
+    fig.savefig(target, dpi=100)
+    print(f"wrote {target}")
+
+
 def main(source, target):
     data = json.load(open(source))
+    tunnels = [r for r in data["results"] if r["kind"] == "tunnels"]
+    if tunnels:
+        others = [r for r in data["results"] if r["kind"] != "tunnels"]
+        stem, dot, ext = target.rpartition(".")
+        plot_tunnels(data, tunnels, target if not others else f"{stem}_tunnels{dot}{ext}")
+        if not others:
+            return
     children = [r for r in data["results"] if r["kind"] == "children"]
     pairs = [r for r in data["results"] if r["kind"] == "pairs"]
     control = [r for r in data["results"] if r["kind"] == "control"]

@@ -19,6 +19,15 @@
 #             iperf3 TCP throughput with SCALE_FLOWS (16) flows for SCALE_SECONDS (5), and
 #             how fairly the flows' packets spread over the M outbound SAs (Jain's index,
 #             1 = even).
+#   tunnels   T tunnels (T in SCALE_TUNNELS, default 1 10 100 1000) between two espgw
+#             from static SA files, no charon: an SA pair per tunnel with its own keys and
+#             reqid, and out and fwd policies from lanA's 10.1.0.0/16 to one remote host of
+#             its own (10.2.100.1 onwards, /32). espgw_udp_spray (bench/udp_spray.cpp) sends
+#             1400-byte UDP datagrams from lanA to all T hosts round robin for
+#             SCALE_TUNNEL_SECONDS (5) and counts what reaches lanB. Measures the aggregate
+#             throughput delivered through all tunnels together (flat as T grows when
+#             nothing per packet grows with the number of tunnels) and how evenly the
+#             outbound SAs carried it (Jain's index over the T SAs).
 #
 # Writes SCALE_OUT (bench/results/scaling.json) and SCALE_PLOT (docs/img/scaling.png,
 # empty: no plot). Needs root; builds nothing: BUILD (default build/release) must hold
@@ -32,6 +41,9 @@ ESPGWCTL=$BUILD/vici_bridge/espgwctl
 PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
 SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000 5000}
 SCALE_PAIRS=${SCALE_PAIRS-1 2 4 8}
+SCALE_TUNNELS=${SCALE_TUNNELS-1 10 100 1000}
+SCALE_TUNNEL_SECONDS=${SCALE_TUNNEL_SECONDS:-5}
+SPRAY=$BUILD/bench/espgw_udp_spray
 SCALE_CHILDREN_PER_IKE=${SCALE_CHILDREN_PER_IKE:-1000}
 SCALE_CONTROL=${SCALE_CONTROL-5000}
 INSTALL_BENCH=$BUILD/bench/espgw_control_install_bench
@@ -39,7 +51,7 @@ SCALE_FLOWS=${SCALE_FLOWS:-16}
 SCALE_SECONDS=${SCALE_SECONDS:-5}
 SCALE_OUT=${SCALE_OUT:-$ROOT/bench/results/scaling.json}
 SCALE_PLOT=${SCALE_PLOT-$ROOT/docs/img/scaling.png}
-for f in "$ESPGW" "$ESPGWCTL" "$PLUGIN" ${SCALE_CONTROL:+"$INSTALL_BENCH"}; do
+for f in "$ESPGW" "$ESPGWCTL" "$PLUGIN" ${SCALE_CONTROL:+"$INSTALL_BENCH"} ${SCALE_TUNNELS:+"$SPRAY"}; do
   [[ -e $f ]] || { echo "missing $f: build first (cmake --preset release && cmake --build build/release)" >&2; exit 1; }
 done
 
@@ -192,12 +204,93 @@ PY
   stop_daemons
 }
 
+# Static SA files for T tunnels (write_configs's espgw.conf, UDP-encapsulated ESP): tunnel
+# i carries lanA 10.1.0.0/16 <-> the single host 10.2.100.1 + i behind gwB.
+write_tunnel_files() {  # write_tunnel_files T
+  /usr/bin/python3 - "$1" "$WORK/static-a.conf" "$WORK/static-b.conf" <<'PY'
+import ipaddress, os, sys
+count, path_a, path_b = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+a, b, lan_a = "192.0.2.1", "192.0.2.2", "10.1.0.0/16"
+first = ipaddress.ip_address("10.2.100.1")
+lines_a, lines_b = [], []
+for i in range(count):
+    reqid, host = i + 1, f"{first + i}/32"
+    spi_ab, spi_ba = 0x10000 + i, 0x20000 + i
+    key_ab, key_ba = os.urandom(20).hex(), os.urandom(20).hex()
+    lines_a += [f"sa out spi {spi_ab} aes-gcm-128 key {key_ab} src {a} dst {b} udp 4500:4500 reqid {reqid}",
+                f"sa in spi {spi_ba} aes-gcm-128 key {key_ba} src {b} dst {a} udp 4500:4500 reqid {reqid}"]
+    lines_b += [f"sa out spi {spi_ba} aes-gcm-128 key {key_ba} src {b} dst {a} udp 4500:4500 reqid {reqid}",
+                f"sa in spi {spi_ab} aes-gcm-128 key {key_ab} src {a} dst {b} udp 4500:4500 reqid {reqid}"]
+    for direction in ("out", "fwd"):
+        lines_a.append(f"policy {direction} local {lan_a} remote {host} action protect reqid {reqid}")
+        lines_b.append(f"policy {direction} local {host} remote {lan_a} action protect reqid {reqid}")
+for path, lines in ((path_a, lines_a), (path_b, lines_b)):
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write("\n".join(lines) + "\n")
+PY
+}
+
+run_tunnels() {  # run_tunnels T
+  local t=$1 side
+  write_configs udp 4
+  write_tunnel_files "$t"
+  for side in a b; do  # two daemons on one host: a state directory each
+    mkdir -p "$WORK/state-$side"
+    echo "state-dir = $WORK/state-$side" >>"$WORK/espgw-$side.conf"
+    echo "control-socket = $WORK/espgw-$side.ctl" >>"$WORK/espgw-$side.conf"
+  done
+  start_gateway "$GWA" a
+  start_gateway "$GWB" b
+  wait_until 30 sas_at_least_n_static a $((2 * t))
+  # The remote hosts live on a dummy device of lanB, routed through gwB.
+  ip -n "$LANB" link add spray0 type dummy
+  ip -n "$LANB" link set spray0 up
+  seq 0 $((t - 1)) | /usr/bin/python3 -c '
+import ipaddress, sys
+first = ipaddress.ip_address("10.2.100.1")
+for line in sys.stdin:
+    print(f"addr add {first + int(line)}/32 dev spray0")' | ip -n "$LANB" -batch -
+  ip -n "$GWB" route replace 10.2.96.0/19 via 10.2.0.2
+  in_ns "$LANB" "$SPRAY" receive 9000 "$SCALE_TUNNEL_SECONDS" >"$WORK/receive.json" &
+  local receiver=$!
+  sleep 0.5
+  in_ns "$LANA" "$SPRAY" send 10.2.100.1 "$t" 9000 "$((SCALE_TUNNEL_SECONDS + 1))" >"$WORK/send.json"
+  wait "$receiver" || true
+  espgwctl_on a --json sas >"$WORK/sas.json" || echo '{}' >"$WORK/sas.json"
+  /usr/bin/python3 - "$t" "$WORK/send.json" "$WORK/receive.json" "$WORK/sas.json" >>"$RESULTS" <<'PY'
+import json, sys
+t, send_path, receive_path, sas_path = sys.argv[1:]
+send = json.load(open(send_path))
+received = json.load(open(receive_path))
+sas = json.load(open(sas_path)).get("sas", {})
+packets = [int(s["packets"]) for s in sas.values() if s.get("direction") == "out"]
+total = sum(packets)
+jain = (total * total) / (len(packets) * sum(p * p for p in packets)) if packets and total else None
+print(json.dumps({
+    "kind": "tunnels", "tunnels": int(t), "outbound_sas": len(packets),
+    "sas_with_traffic": sum(1 for p in packets if p), "sent_gbps": send["gbps"],
+    "throughput_gbps": received["gbps"], "received_packets": received["packets"],
+    "sent_packets": send["packets"], "jain_fairness": round(jain, 4) if jain else None,
+}))
+PY
+  log "tunnels $t: $(tail -1 "$RESULTS")"
+  for side in a b; do
+    eval "kill -TERM \$PID_$side" 2>/dev/null || true
+    eval "wait \$PID_$side" 2>/dev/null || true
+  done
+  ip -n "$LANB" link del spray0
+  ip -n "$GWB" route del 10.2.96.0/19 2>/dev/null || true
+  rm -f "$WORK"/espgw-*.log "$WORK"/espgw-*.ctl
+}
+sas_at_least_n_static() { local n; n=$(espgw_json "$1" stats 'd["sas"]' 2>/dev/null) && ((n >= $2)); }
+
 export SCALE_FLOWS
-log "topology, then children: $SCALE_CHILDREN; control: $SCALE_CONTROL; pairs: $SCALE_PAIRS"
+log "topology, then children: $SCALE_CHILDREN; control: $SCALE_CONTROL; pairs: $SCALE_PAIRS; tunnels: $SCALE_TUNNELS"
 setup_topology
 for n in $SCALE_CHILDREN; do run_children "$n"; done
 for n in $SCALE_CONTROL; do run_control "$n"; done
 for m in $SCALE_PAIRS; do run_pairs "$m"; done
+for t in $SCALE_TUNNELS; do run_tunnels "$t"; done
 
 mkdir -p "$(dirname "$SCALE_OUT")"
 /usr/bin/python3 - "$RESULTS" "$SCALE_OUT" <<'PY'
