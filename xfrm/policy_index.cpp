@@ -52,6 +52,18 @@ size_t PolicyIndex::BucketHash::operator()(const BucketKey& key) const {
   return static_cast<size_t>(hash);
 }
 
+size_t PolicyIndex::BucketHash::operator()(const Bucket& bucket) const {
+  return (*this)(bucket_of(*bucket.first));
+}
+
+bool PolicyIndex::BucketEqual::operator()(const Bucket& a, const Bucket& b) const {
+  return bucket_of(*a.first) == bucket_of(*b.first);
+}
+
+bool PolicyIndex::BucketEqual::operator()(const BucketKey& key, const Bucket& bucket) const {
+  return key == bucket_of(*bucket.first);
+}
+
 PolicyIndex::ShapeKey PolicyIndex::shape_of(const Policy& policy) {
   const Selector& s = policy.selector;
   auto kind = [](const PortRange& range) {
@@ -128,7 +140,9 @@ bool PolicyIndex::add(const Policy& policy, uint64_t sequence) {
   entry.shape = &shape;
 
   // Into its bucket's chain, in lookup order.
-  Entry** link = &buckets_[bucket_of(shape, policy.selector)];
+  const auto [bucket, fresh] = buckets_.insert(Bucket{&entry});
+  if (fresh) return true;
+  Entry** link = &bucket->first;
   while (*link && (*link)->order < entry.order) link = &(*link)->next;
   entry.next = *link;
   *link = &entry;
@@ -140,11 +154,14 @@ bool PolicyIndex::remove(uint32_t id) {
   if (it == entries_.end()) return false;
   Entry& entry = it->second;
   Shape& shape = *entry.shape;
-  const auto bucket = buckets_.find(bucket_of(shape, entry.policy.selector));
-  Entry** link = &bucket->second;
-  while (*link != &entry) link = &(*link)->next;
-  *link = entry.next;
-  if (!bucket->second) buckets_.erase(bucket);
+  const auto bucket = buckets_.find(bucket_of(entry));
+  if (!entry.next && bucket->first == &entry) {
+    buckets_.erase(bucket);  // its last entry (the key is read from it: erase it first)
+  } else {
+    Entry** link = &bucket->first;
+    while (*link != &entry) link = &(*link)->next;
+    *link = entry.next;
+  }
   if (--shape.policies == 0) {
     auto& order = shape_order_[shape.key.direction];
     order.erase(std::find(order.begin(), order.end(), &shape));
@@ -167,7 +184,7 @@ const Policy* PolicyIndex::find(Direction direction, const FlowKey& oriented) co
     if (bucket == buckets_.end()) continue;
     const bool ranges =
         shape->key.local_ports == PortKind::range || shape->key.remote_ports == PortKind::range;
-    for (const Entry* entry = bucket->second; entry; entry = entry->next) {
+    for (const Entry* entry = bucket->first; entry; entry = entry->next) {
       if (best && best->order < entry->order) break;
       // Prefixes, protocol and single ports are the bucket's; only ranges are left.
       if (ranges && !entry->policy.selector.matches(oriented)) continue;
