@@ -242,14 +242,8 @@ run_tunnels() {  # run_tunnels T
   start_gateway "$GWA" a
   start_gateway "$GWB" b
   wait_until 30 sas_at_least_n_static a $((2 * t))
-  # The remote hosts live on a dummy device of lanB, routed through gwB.
-  ip -n "$LANB" link add spray0 type dummy
-  ip -n "$LANB" link set spray0 up
-  seq 0 $((t - 1)) | /usr/bin/python3 -c '
-import ipaddress, sys
-first = ipaddress.ip_address("10.2.100.1")
-for line in sys.stdin:
-    print(f"addr add {first + int(line)}/32 dev spray0")' | ip -n "$LANB" -batch -
+  # The remote hosts are addresses of lanB, routed there by gwB (no neighbour entry each).
+  tunnel_hosts add "$t" | ip -n "$LANB" -batch -
   ip -n "$GWB" route replace 10.2.96.0/19 via 10.2.0.2
   in_ns "$LANB" "$SPRAY" receive 9000 "$SCALE_TUNNEL_SECONDS" >"$WORK/receive.json" &
   local receiver=$!
@@ -278,9 +272,16 @@ PY
     eval "kill -TERM \$PID_$side" 2>/dev/null || true
     eval "wait \$PID_$side" 2>/dev/null || true
   done
-  ip -n "$LANB" link del spray0
+  tunnel_hosts del "$t" | ip -n "$LANB" -batch -
   ip -n "$GWB" route del 10.2.96.0/19 2>/dev/null || true
   rm -f "$WORK"/espgw-*.log "$WORK"/espgw-*.ctl
+}
+tunnel_hosts() {  # tunnel_hosts add|del T: `ip -batch` lines for the T remote hosts
+  /usr/bin/python3 -c '
+import ipaddress, sys
+first = ipaddress.ip_address("10.2.100.1")
+for i in range(int(sys.argv[2])):
+    print(f"addr {sys.argv[1]} {first + i}/32 dev eth0")' "$1" "$2"
 }
 sas_at_least_n_static() { local n; n=$(espgw_json "$1" stats 'd["sas"]' 2>/dev/null) && ((n >= $2)); }
 
