@@ -69,9 +69,9 @@ class PolicyIndex {
   struct Shape {
     ShapeKey key;
     size_t policies = 0;
-    // No policy of the shape comes earlier in lookup order: lookups stop trying shapes
-    // once they hold a winner that comes before the next shape's bound. Lowered by adds,
-    // left as it is by removals (still a bound, just a looser one).
+    // At or before every policy of the shape in lookup order: lookups stop trying shapes
+    // once their winner comes before the next shape's bound. Lowered by adds, left as it
+    // is by removals (still a bound, just a looser one).
     PolicyOrder bound;
   };
   struct Entry;
