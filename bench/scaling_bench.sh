@@ -37,7 +37,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(readlink -f "${BUILD:-$ROOT/build/release}")
 ESPGW=$BUILD/daemon/espgw
-ESPGWCTL=$BUILD/vici_bridge/espgwctl
+ESPGWCTL=$BUILD/daemon/espgwctl
 PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
 SCALE_CHILDREN=${SCALE_CHILDREN-1 10 100 1000 5000}
 SCALE_PAIRS=${SCALE_PAIRS-1 2 4 8}

@@ -52,7 +52,7 @@
 #                           throughput: take the throughput figures from a run without it.
 #   ESPGW=path/to/espgw     default build/s2sbench/daemon/espgw, built if absent
 #   ESPGWCTL=path/to/espgwctl   (espgw-charon) default: the espgwctl of ESPGW's build tree,
-#                           BUILD/vici_bridge/espgwctl (built if absent in build/s2sbench)
+#                           BUILD/daemon/espgwctl (built if absent in build/s2sbench)
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
 #                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
 #   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: the CPUs divided
@@ -91,7 +91,7 @@ ESPGW=${ESPGW:-$ROOT/build/s2sbench/daemon/espgw}
 # The plugin and espgwctl come from the same build tree as ESPGW unless given.
 ESPGW_BUILD_DIR=$ROOT/build/s2sbench
 [[ $ESPGW == */daemon/espgw ]] && ESPGW_BUILD_DIR=${ESPGW%/daemon/espgw}
-ESPGWCTL=${ESPGWCTL:-$ESPGW_BUILD_DIR/vici_bridge/espgwctl}
+ESPGWCTL=${ESPGWCTL:-$ESPGW_BUILD_DIR/daemon/espgwctl}
 PLUGIN=${PLUGIN:-$ESPGW_BUILD_DIR/vici_bridge/charon_plugin/libstrongswan-espgw.so}
 CHARON=/usr/lib/ipsec/charon
 PYTHON=/usr/bin/python3  # Debian's, which has matplotlib and scapy; another may be first on PATH

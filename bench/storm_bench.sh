@@ -29,7 +29,7 @@ if [[ -z ${ESPGW:-} ]]; then
   fi
 fi
 ESPGW=$(readlink -f "$ESPGW")
-ESPGWCTL=${ESPGWCTL:-$(dirname "$ESPGW")/../../vici_bridge/espgwctl}
+ESPGWCTL=${ESPGWCTL:-$(dirname "$ESPGW")/../../daemon/espgwctl}
 HERE=$ROOT/tests/netns  # lib.sh finds storm.py there
 # shellcheck source=tests/netns/lib.sh
 source "$HERE/lib.sh"

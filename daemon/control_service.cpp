@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "daemon/charon_messages.h"
+#include "daemon/counter_registry.h"
 #include "daemon/log.h"
 #include "util/secure_wipe.h"
 
@@ -50,8 +51,8 @@ std::string spi_text(uint32_t spi) {
   return text;
 }
 
-void add_counters(vici::Section& section, const char* name, const NamedCounters& counters) {
-  auto& child = section.add_section(name);
+void add_counters(vici::Section& section, std::string_view name, const NamedCounters& counters) {
+  auto& child = section.add_section(std::string(name));
   for (const auto& [counter, value] : counters) child.set(counter, value);
 }
 
@@ -397,18 +398,16 @@ vici::Message ControlService::list_sas(ConnectionId from) {
     section.set("encap", sa.udp_encapsulation ? "udp" : "esp");
     section.set_bool("esn", sa.esn);
     section.set("reqid", sa.reqid);
-    section.set("packets", sa.packets);
-    section.set("bytes", sa.bytes);
+    NamedCounters counters;
+    if (sa.direction == xfrm::Direction::out)
+      read_counters(kOutboundSaCounters, sa, counters);
+    else
+      read_counters(kInboundSaCounters, sa, counters);
+    for (const auto& [name, value] : counters) section.set(name, value);
     if (sa.idle_ms) section.set("idle-ms", *sa.idle_ms);
     section.set("lifetime", sa.lifetime);
     section.set("age-seconds", sa.age_seconds);
-    if (sa.direction == xfrm::Direction::out) {
-      section.set("in-flight", static_cast<uint64_t>(sa.in_flight));
-    } else {
-      section.set("reorder-late", sa.late);
-      section.set("reorder-skipped", sa.skipped);
-    }
-    add_counters(section, "drops", sa.drops);
+    add_counters(section, kSaDropsSection, sa.drops);
   };
   stream_or_answer(from, "list-sa", "sas", status.sas, describe, response);
   auto& groups = response.add_section("groups");
@@ -449,7 +448,7 @@ vici::Message ControlService::stats() {
   response.set("lan-mtu", status.lan_mtu);
   response.set_bool("jumbo-segments", status.jumbo_segments);
   response.set("tun-rps", status.tun_rps);
-  response.set("tun-resegmented", status.tun_resegmented);
+  for (const auto& [name, value] : status.gateway) response.set(name, value);
   response.set("crypto-backend", status.crypto_backend);
   {
     std::lock_guard lock(mutex_);
@@ -465,21 +464,17 @@ vici::Message ControlService::stats() {
   auto& workers = response.add_section("workers");
   for (size_t i = 0; i < status.worker_packets.size(); ++i)
     workers.set(std::to_string(i), status.worker_packets[i]);
-  const auto control = server_.stats();
-  auto& socket = response.add_section("control-socket");
-  socket.set("connections", control.connections_accepted);
-  socket.set("refused", control.connections_refused);
-  socket.set("malformed", control.malformed_packets);
-  socket.set("slow-clients-dropped", control.slow_clients_dropped);
-  socket.set("ike-events-shed", control.bulk_events_shed);
+  ControlSocketStats control;
+  control.server = server_.stats();
   {
     std::lock_guard lock(mutex_);
-    socket.set("expiries-pending", static_cast<uint64_t>(pending_expiries_.size()));
-    socket.set("expiries-sent-late", expiries_sent_late_);
-    socket.set("expiries-dropped", pending_expiries_.dropped());
+    control.expiries_pending = pending_expiries_.size();
+    control.expiries_sent_late = expiries_sent_late_;
+    control.expiries_dropped = pending_expiries_.dropped();
   }
-  socket.set("commands", control.commands);
-  socket.set("unknown-commands", control.unknown_commands);
+  NamedCounters socket;
+  read_counters(kControlSocketCounters, control, socket);
+  add_counters(response, "control-socket", socket);
   return response;
 }
 

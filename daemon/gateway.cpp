@@ -12,6 +12,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "daemon/counter_log.h"
+#include "daemon/counter_registry.h"
 #include "daemon/gateway_entries.h"
 #include "daemon/log.h"
 #include "esp/ecn.h"
@@ -132,15 +134,6 @@ std::vector<esp::TrafficSelector> inbound_selectors(const xfrm::StaticConfig& co
           policy.direction == xfrm::Direction::out)
         selectors.push_back(inbound_selector(policy.selector));
   return selectors;
-}
-
-void log_drops(const char* what, const esp::DropCounters& counters) {
-  for (size_t i = 1; i < esp::kDropReasonCount; ++i) {
-    const auto reason = static_cast<esp::DropReason>(i);
-    if (const uint64_t n = counters.drops(reason))
-      log(LogLevel::info, "  %s drop %s=%llu", what,
-          std::string(esp::drop_reason_name(reason)).c_str(), static_cast<unsigned long long>(n));
-  }
 }
 
 }  // namespace
@@ -474,9 +467,11 @@ io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
 
 void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) const {
   log(LogLevel::info,
-      "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel)", kind,
-      static_cast<unsigned long long>(socket.stats().receive_buffer),
-      config_.socket_buffer_bytes ? "" : "auto: ", wan_socket_buffer_bytes(config_));
+      "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel), "
+      "gro=%s",
+      kind, static_cast<unsigned long long>(socket.stats().receive_buffer),
+      config_.socket_buffer_bytes ? "" : "auto: ", wan_socket_buffer_bytes(config_),
+      socket.gro() ? "on" : "off");
 }
 
 Gateway::WanTransmitter& Gateway::transmitter_for(const esp::SaConfig& sa) {
@@ -603,21 +598,6 @@ bool Gateway::install_sa_locked(const xfrm::SadEntry& entry, InstallOrigin origi
   return true;
 }
 
-namespace {
-// An SA's drops for the line logged when it goes, with its last counters: " drops none" or
-// " drops queue-full=85 ...". Its counters go with it, and a packet dropped before
-// encryption (queue-full) reaches no counter of the peer's either: the tests add these up.
-std::string drops_logged(const esp::DropCounters& counters) {
-  std::string text;
-  for (size_t i = 1; i < esp::kDropReasonCount; ++i) {
-    const auto reason = static_cast<esp::DropReason>(i);
-    if (const uint64_t n = counters.drops(reason))
-      text += " " + std::string(esp::drop_reason_name(reason)) + "=" + std::to_string(n);
-  }
-  return text.empty() ? " none" : text;
-}
-}  // namespace
-
 void Gateway::retire_outbound_locked(
     std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it, bool forget_key) {
   const OutboundEntry& old = *it->second;
@@ -626,7 +606,7 @@ void Gateway::retire_outbound_locked(
   log(LogLevel::info, "SA out spi 0x%08x removed after %llu packets, %llu bytes; drops%s",
       old.entry.config.spi, static_cast<unsigned long long>(old.sa->counters().packets()),
       static_cast<unsigned long long>(old.sa->counters().bytes()),
-      drops_logged(old.sa->counters().drop_counters()).c_str());
+      format_counters(nonzero_drops(old.sa->counters().drop_counters()), " none").c_str());
   const uint32_t reqid = old.entry.reqid;
   const uint64_t slot = group_slot(old.entry);
   const auto forwarding = forwarding_.load();
@@ -667,7 +647,7 @@ void Gateway::retire_inbound_locked(
       static_cast<unsigned long long>(reorder.late),
       static_cast<unsigned long long>(reorder.skipped),
       static_cast<unsigned long long>(reorder.hold_timeouts),
-      drops_logged(old.sa->counters().drop_counters()).c_str());
+      format_counters(nonzero_drops(old.sa->counters().drop_counters()), " none").c_str());
   inbound_.erase(it);
 }
 
@@ -1251,67 +1231,7 @@ void Gateway::enforce_lifetimes() {
 }
 
 void Gateway::log_counters() const {
-  std::lock_guard lock(control_mutex_);
-  for (const auto& [key, entry] : outbound_) {
-    const auto& c = entry->sa->counters();
-    log(LogLevel::info, "sa out spi=0x%08x dst=%s packets=%llu bytes=%llu in_flight=%zu",
-        entry->entry.config.spi, entry->entry.config.tunnel_destination.to_string().c_str(),
-        static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
-        entry->channel->in_flight());
-    log_drops("out", c.drop_counters());
-  }
-  for (const auto& [key, entry] : inbound_) {
-    const auto& c = entry->sa->counters();
-    const auto reorder = entry->channel->release().stats();
-    log(LogLevel::info, "sa in spi=0x%08x src=%s packets=%llu bytes=%llu late=%llu skipped=%llu",
-        entry->entry.config.spi, entry->entry.config.tunnel_source.to_string().c_str(),
-        static_cast<unsigned long long>(c.packets()), static_cast<unsigned long long>(c.bytes()),
-        static_cast<unsigned long long>(reorder.late),
-        static_cast<unsigned long long>(reorder.skipped));
-    log_drops("in", c.drop_counters());
-  }
-  log_drops("engine", pipeline_->engine_counters());
-  const auto g = [](const std::atomic<uint64_t>& v) {
-    return static_cast<unsigned long long>(v.load(std::memory_order_relaxed));
-  };
-  log(LogLevel::info,
-      "gateway drops: no-policy=%llu policy-discard=%llu no-sa=%llu not-ip=%llu ike=%llu "
-      "ike-rate-limited=%llu wan-send-failed=%llu tun-write-failed=%llu "
-      "tun-bad-offload=%llu queue-delay=%llu; queue-delay-ecn=%llu (not a drop: marked CE) "
-      "tun-resegmented=%llu (not a drop: larger than lan-mtu %u)",
-      g(counters_.no_policy), g(counters_.policy_discard), g(counters_.no_sa), g(counters_.not_ip),
-      g(counters_.ike_dropped), g(counters_.ike_rate_limited), g(counters_.wan_send_failed),
-      g(counters_.tun_write_failed), g(counters_.tun_bad_offload), g(counters_.queue_delay),
-      g(counters_.queue_delay_marked), g(counters_.tun_resegmented), lan_mtu_.load());
-  for (size_t i = 0; i < udp_sockets_.size(); ++i) {
-    const auto wan = udp_sockets_[i]->stats();
-    log(LogLevel::info,
-        "wan udp socket %zu: kernel-drops=%u (receive buffer full) gro=%s gro-batches=%llu "
-        "gro-datagrams=%llu oversize=%llu",
-        i, wan.kernel_drops, udp_sockets_[i]->gro() ? "on" : "off",
-        static_cast<unsigned long long>(wan.gro_batches),
-        static_cast<unsigned long long>(wan.gro_datagrams),
-        static_cast<unsigned long long>(wan.oversize));
-  }
-  if (raw_socket_) {
-    const auto wan = raw_socket_->stats();
-    log(LogLevel::info, "wan raw socket: kernel-drops=%u (receive buffer full) oversize=%llu",
-        wan.kernel_drops, static_cast<unsigned long long>(wan.oversize));
-  }
-  log(LogLevel::info,
-      "pipeline: fences=%llu fence-timeouts=%llu (readers waiting for the packets in flight "
-      "of a changed ECMP group or a rekeyed inbound SA's predecessor) room-waits=%llu "
-      "room-wait-timeouts=%llu (TUN readers waiting for room on a full SA) "
-      "pressure-flushes=%llu",
-      static_cast<unsigned long long>(pipeline_->fences()),
-      static_cast<unsigned long long>(pipeline_->fence_timeouts()),
-      static_cast<unsigned long long>(pipeline_->room_waits()),
-      static_cast<unsigned long long>(pipeline_->room_wait_timeouts()),
-      static_cast<unsigned long long>(pipeline_->pressure_flushes()));
-  const auto load = pipeline_->worker_load();
-  for (size_t i = 0; i < load.size(); ++i)
-    log(LogLevel::info, "worker %zu packets=%llu", i,
-        static_cast<unsigned long long>(load[i].packets));
+  log_status_counters(status());
 }
 
 }  // namespace espgw::daemon

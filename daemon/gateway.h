@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/gateway_counters.h"
 #include "daemon/gateway_status.h"
 #include "daemon/ike_rate_limiter.h"
 #include "daemon/sa_state_keeper.h"
@@ -36,28 +37,6 @@
 #include "xfrm/static_file.h"
 
 namespace espgw::daemon {
-
-// Drops the gateway itself decides, before a packet reaches an SA.
-struct GatewayCounters {
-  std::atomic<uint64_t> no_policy{0};       // outbound packet matched no policy
-  std::atomic<uint64_t> policy_discard{0};  // matched a discard (or bypass) policy
-  std::atomic<uint64_t> no_sa{0};           // protect policy whose SA group is empty
-  std::atomic<uint64_t> not_ip{0};          // TUN gave something that is not IPv4/IPv6
-  // IKE (on udp-port with the non-ESP marker, or on ike-port) that no charon took: none
-  // registered for it on the control socket, or no control socket at all.
-  std::atomic<uint64_t> ike_dropped{0};
-  // IKE over the rates of `ike-rate-limit` (IkeRateLimiter), never passed to charon.
-  std::atomic<uint64_t> ike_rate_limited{0};
-  std::atomic<uint64_t> wan_send_failed{0};
-  std::atomic<uint64_t> tun_write_failed{0};
-  std::atomic<uint64_t> tun_bad_offload{0};  // a TUN frame the segmenter refused
-  // Decrypted, then dropped to keep the WAN receive queue short (QueueDelayGate).
-  std::atomic<uint64_t> queue_delay{0};
-  // Not a drop: picked by the gate but ECN-capable, so marked CE and delivered.
-  std::atomic<uint64_t> queue_delay_marked{0};
-  // Not a drop: TCP packets larger than the LAN's MTU written as GSO frames that fit it.
-  std::atomic<uint64_t> tun_resegmented{0};
-};
 
 class Gateway {
  public:

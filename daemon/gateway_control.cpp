@@ -6,10 +6,10 @@
 #include <array>
 
 #include "daemon/charon_messages.h"
+#include "daemon/counter_registry.h"
 #include "daemon/gateway.h"
 #include "daemon/gateway_entries.h"
 #include "daemon/log.h"
-#include "esp/drop_reason.h"
 #include "util/clock.h"
 #include "util/thread_name.h"
 
@@ -24,16 +24,6 @@ std::optional<uint64_t> idle_ms(const LifetimeTracking& tracking,
   if (tracking.packets_seen == 0) return std::nullopt;
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(now - tracking.last_used).count());
-}
-
-NamedCounters nonzero_drops(const esp::DropCounters& counters) {
-  NamedCounters out;
-  for (size_t i = 1; i < esp::kDropReasonCount; ++i) {
-    const auto reason = static_cast<esp::DropReason>(i);
-    if (const uint64_t n = counters.drops(reason))
-      out.emplace_back(std::string(esp::drop_reason_name(reason)), n);
-  }
-  return out;
 }
 
 const char* lifetime_name(xfrm::LifetimeState state) {
@@ -112,7 +102,6 @@ GatewayStatus Gateway::status(bool entries) const {
   status.lan_mtu = lan_mtu_.load(std::memory_order_relaxed);
   status.jumbo_segments = config_.jumbo_segments;
   status.tun_rps = tun_rps_state_;
-  status.tun_resegmented = counters_.tun_resegmented.load(std::memory_order_relaxed);
   status.crypto_backend = config_.crypto_backend;
   auto describe = [&](const auto& entry, xfrm::Direction direction) {
     SaStatus sa;
@@ -167,40 +156,17 @@ GatewayStatus Gateway::status(bool entries) const {
     }
     status.policies = forwarding->spd->list();
   }
-  const auto g = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-  status.gateway_drops = {{"no-policy", g(counters_.no_policy)},
-                          {"policy-discard", g(counters_.policy_discard)},
-                          {"no-sa", g(counters_.no_sa)},
-                          {"not-ip", g(counters_.not_ip)},
-                          {"ike-no-charon", g(counters_.ike_dropped)},
-                          {"ike-rate-limited", g(counters_.ike_rate_limited)},
-                          {"wan-send-failed", g(counters_.wan_send_failed)},
-                          {"tun-write-failed", g(counters_.tun_write_failed)},
-                          {"tun-bad-offload", g(counters_.tun_bad_offload)},
-                          {"queue-delay", g(counters_.queue_delay)}};
+  for (const auto& counter : kGatewayCounters) {
+    NamedCounters& place = counter.place == StatusPlace::gateway_drops ? status.gateway_drops
+                           : counter.place == StatusPlace::wan         ? status.wan
+                                                                       : status.gateway;
+    place.emplace_back(std::string(counter.name), counter.read(counters_));
+  }
   status.engine_drops = nonzero_drops(pipeline_->engine_counters());
-  // Not drops: packets the queue-delay gate picked but delivered, marked CE.
-  status.wan.emplace_back("queue-delay-ecn-marked", g(counters_.queue_delay_marked));
-  for (size_t i = 0; i < udp_sockets_.size(); ++i) {
-    const auto wan = udp_sockets_[i]->stats();
-    const std::string prefix = "udp" + std::to_string(i) + "-";
-    status.wan.emplace_back(prefix + "kernel-drops", wan.kernel_drops);
-    status.wan.emplace_back(prefix + "gro-batches", wan.gro_batches);
-    status.wan.emplace_back(prefix + "gro-datagrams", wan.gro_datagrams);
-    status.wan.emplace_back(prefix + "oversize", wan.oversize);
-    status.wan.emplace_back(prefix + "receive-buffer", wan.receive_buffer);
-  }
-  if (raw_socket_) {
-    const auto wan = raw_socket_->stats();
-    status.wan.emplace_back("raw-kernel-drops", wan.kernel_drops);
-    status.wan.emplace_back("raw-oversize", wan.oversize);
-    status.wan.emplace_back("raw-receive-buffer", wan.receive_buffer);
-  }
-  status.pipeline = {{"fences", pipeline_->fences()},
-                     {"fence-timeouts", pipeline_->fence_timeouts()},
-                     {"room-waits", pipeline_->room_waits()},
-                     {"room-wait-timeouts", pipeline_->room_wait_timeouts()},
-                     {"pressure-flushes", pipeline_->pressure_flushes()}};
+  for (size_t i = 0; i < udp_sockets_.size(); ++i)
+    read_wan_counters("udp" + std::to_string(i), true, udp_sockets_[i]->stats(), status.wan);
+  if (raw_socket_) read_wan_counters("raw", false, raw_socket_->stats(), status.wan);
+  read_counters(kPipelineCounters, *pipeline_, status.pipeline);
   for (const auto& load : pipeline_->worker_load()) status.worker_packets.push_back(load.packets);
   return status;
 }

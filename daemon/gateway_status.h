@@ -52,7 +52,6 @@ struct GatewayStatus {
   unsigned lan_mtu = 0;         // larger TCP packets from the tunnel are cut to fit it
   bool jumbo_segments = false;  // TSO super-packets cut at the tunnel MTU
   std::string tun_rps;          // receive steering: "off", "CPUs MASK" or "not set: why"
-  uint64_t tun_resegmented = 0;
   std::string crypto_backend;
   // Filled in even without the lists.
   size_t sa_count = 0;         // outbound and inbound
@@ -60,9 +59,12 @@ struct GatewayStatus {
   std::vector<SaStatus> sas;
   std::vector<GroupStatus> groups;
   std::vector<xfrm::Policy> policies;
+  // Counters by name (daemon/counter_registry.h). `gateway`: the gateway's counters shown
+  // at the top of `stats` (tun-resegmented).
+  NamedCounters gateway;
   NamedCounters gateway_drops;
   NamedCounters engine_drops;
-  NamedCounters wan;  // socket-level counters (kernel drops, GRO)
+  NamedCounters wan;  // socket-level counters (kernel drops, GRO), queue-delay-ecn-marked
   // Not drops: waits that keep flows in order across SAs (fences), and reorder gaps given
   // up because the packet pool ran dry.
   NamedCounters pipeline;

@@ -13,7 +13,7 @@ set -euo pipefail
 BUILD=$(readlink -f "${1:?usage: $0 BUILD_DIR [SECONDS]}")
 SECONDS_PER_RUN=${2:-5}
 ESPGW=$BUILD/daemon/espgw
-ESPGWCTL=$BUILD/vici_bridge/espgwctl
+ESPGWCTL=$BUILD/daemon/espgwctl
 PLUGIN=$BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so
 HERE=$(dirname "$(readlink -f "$0")")
 # shellcheck source=tests/netns/lib.sh

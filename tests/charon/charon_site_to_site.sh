@@ -261,7 +261,7 @@ import json, sys
 d = json.load(sys.stdin)["stats"]
 counts = {**d["gateway-drops"], **d["engine-drops"]}
 counts.update((k, v) for k, v in d["wan"].items() if k.endswith("-kernel-drops"))
-print(" ".join(f"{k}={v}" for k, v in counts.items() if v != "0") or "none")'
+print(" ".join(f"{k}={v}" for k, v in counts.items() if v != 0) or "none")'
 }
 
 # How often a gateway's readers waited for packets in flight so that a flow did not
@@ -545,11 +545,11 @@ run_ecmp() {
   # in 9 (3 x (2/3)^8); with 32 flows about once in 130,000 runs.
   in_ns "$LANA" timeout 20 iperf3 -c 10.2.0.2 -t 2 -P 32 -C cubic >/dev/null 2>&1 || true
   local spread
-  spread=$(espgw_json a sas '" ".join(s["packets"] for s in d["sas"].values() if s["direction"] == "out")')
+  spread=$(espgw_json a sas '" ".join(str(s["packets"]) for s in d["sas"].values() if s["direction"] == "out")')
   check "32 flows spread over all 3 outbound SAs (packets: $spread)" \
     /usr/bin/python3 -c 'import sys; p = [int(x) for x in sys.argv[1:]]; sys.exit(0 if len(p) == 3 and min(p) > 0 else 1)' $spread
   local received
-  received=$(espgw_json b sas '" ".join(s["packets"] for s in d["sas"].values() if s["direction"] == "in")')
+  received=$(espgw_json b sas '" ".join(str(s["packets"]) for s in d["sas"].values() if s["direction"] == "in")')
   check "gwB accepted packets on every member (packets: $received)" \
     /usr/bin/python3 -c 'import sys; p = [int(x) for x in sys.argv[1:]]; sys.exit(0 if len(p) == 3 and min(p) > 0 else 1)' $received
   # A CHILD_SA rekey gives the new SA its predecessor's slot (its IKE_SA): the SPIs

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "crypto/aead.h"
+#include "daemon/control_schema.h"
 #include "daemon/control_service.h"
 #include "daemon/gateway.h"
 #include "esp/encap.h"
@@ -475,6 +476,38 @@ TEST_F(ControlSocketTest, ListingsStreamToRegisteredClientsAndFitInTheAnswerOthe
   EXPECT_EQ(answer.number("streamed"), 100u);
   EXPECT_EQ(answer.section("sas"), nullptr);
   EXPECT_EQ(answer.section("groups")->entries().size(), 50u);
+}
+
+// espgwctl --json writes as numbers the values daemon/control_schema.h describes: every
+// value an answer sets as digits must be described, and nothing else. (List items, such as
+// a group's slots, are identifiers and stay strings.)
+void expect_numbers_described(const std::string& request, const vici::Section& section,
+                              std::vector<std::string>& path) {
+  for (const auto& entry : section.entries()) {
+    path.push_back(entry.name);
+    if (entry.kind == vici::Section::Kind::section) {
+      expect_numbers_described(request, *entry.child, path);
+    } else if (entry.kind == vici::Section::Kind::value) {
+      const bool digits =
+          !entry.value.empty() && entry.value.find_first_not_of("0123456789") == std::string::npos;
+      std::string where = request;
+      for (const auto& name : path) where += " / " + name;
+      EXPECT_EQ(is_number(request, path), digits) << where << " = " << entry.value;
+    }
+    path.pop_back();
+  }
+}
+
+TEST_F(ControlSocketTest, EveryNumberOfTheAnswersIsDescribedAsOne) {
+  ASSERT_TRUE(command("add-sa", add_sa(0xc0000300, true, 1)));
+  ASSERT_TRUE(command("add-sa", add_sa(0x300, false, 1)));
+  ASSERT_TRUE(command("add-policy", out_policy(true)));
+  for (const char* request : {"stats", "list-sas", "list-policies"}) {
+    const vici::Message answer = client_->request(request);
+    ASSERT_EQ(answer.boolean("success"), true) << request;
+    std::vector<std::string> path;
+    expect_numbers_described(request, answer, path);
+  }
 }
 
 TEST_F(ControlSocketTest, SharedPolicyKeepsItsRouteUntilItsLastUserGoes) {

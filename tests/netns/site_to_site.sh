@@ -34,7 +34,7 @@ set -euo pipefail
 
 ESPGW=$(readlink -f "${1:?usage: $0 ESPGW_BINARY [scenario...]}")
 # espgwctl, for the storm scenario: next to espgw in the build tree unless given.
-ESPGWCTL=${ESPGWCTL:-$(dirname "$ESPGW")/../../vici_bridge/espgwctl}
+ESPGWCTL=${ESPGWCTL:-$(dirname "$ESPGW")/../../daemon/espgwctl}
 shift
 SCENARIOS=("${@:-udp4 raw4 udp6 raw6}")
 [[ ${#SCENARIOS[@]} -eq 1 ]] && read -r -a SCENARIOS <<<"${SCENARIOS[0]}"

@@ -1,13 +1,20 @@
 // espgwctl: shows what a running espgw holds, through its control socket.
 //   espgwctl [--socket PATH] [--json] [status|sas|policies|stats]
 // status (the default) is sas + stats. --json prints the daemon's answers as JSON objects
-// (sections become objects, lists arrays, values strings), for scripts.
+// (sections become objects, lists arrays; counters and other numbers are JSON numbers as
+// daemon/control_schema.h describes them, every other value a string), for scripts.
+// A client of the daemon's control protocol: its tables take the counters' names from the
+// daemon's registry (daemon/counter_registry.h).
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "daemon/control_schema.h"
+#include "daemon/counter_registry.h"
 #include "vici_bridge/vici_client.h"
 #include "vici_bridge/vici_json.h"
 
@@ -55,24 +62,46 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+std::string upper(std::string_view name) {
+  std::string text(name);
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// The SAs' counters: outbound's, then inbound's that outbound lacks; "-" where an SA has none.
+std::vector<std::string_view> sa_counter_names() {
+  std::vector<std::string_view> names;
+  for (const auto& c : espgw::daemon::kOutboundSaCounters) names.push_back(c.name);
+  for (const auto& c : espgw::daemon::kInboundSaCounters)
+    if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);
+  return names;
+}
+
 void print_sas(const Message& response) {
   const Section* sas = response.section("sas");
-  std::vector<std::vector<std::string>> rows = {{"SPI", "DIR", "ORIGIN", "SRC", "DST", "ALGORITHM",
-                                                 "ENCAP", "REQID", "PACKETS", "BYTES", "IDLE-MS",
-                                                 "LIFETIME", "DROPS"}};
+  const std::vector<std::string_view> counters = sa_counter_names();
+  std::vector<std::string> header = {"SPI", "DIR",       "ORIGIN", "SRC",
+                                     "DST", "ALGORITHM", "ENCAP",  "REQID"};
+  for (const auto name : counters) header.push_back(upper(name));
+  for (const char* column : {"IDLE-MS", "LIFETIME", "DROPS"}) header.push_back(column);
+  std::vector<std::vector<std::string>> rows = {header};
   if (sas) {
     for (const auto& entry : sas->entries()) {
       if (entry.kind != Section::Kind::section) continue;
       const Section& sa = *entry.child;
       std::string drops;
-      if (const Section* reasons = sa.section("drops"))
+      if (const Section* reasons = sa.section(std::string(espgw::daemon::kSaDropsSection)))
         for (const auto& reason : reasons->entries())
           drops += (drops.empty() ? "" : ",") + reason.name + "=" + reason.value;
-      rows.push_back({value_or(sa, "spi"), value_or(sa, "direction"), value_or(sa, "origin"),
-                      value_or(sa, "src"), value_or(sa, "dst"), value_or(sa, "algorithm"),
-                      value_or(sa, "encap"), value_or(sa, "reqid"), value_or(sa, "packets"),
-                      value_or(sa, "bytes"), value_or(sa, "idle-ms"), value_or(sa, "lifetime"),
-                      drops.empty() ? "-" : drops});
+      std::vector<std::string> row = {value_or(sa, "spi"),    value_or(sa, "direction"),
+                                      value_or(sa, "origin"), value_or(sa, "src"),
+                                      value_or(sa, "dst"),    value_or(sa, "algorithm"),
+                                      value_or(sa, "encap"),  value_or(sa, "reqid")};
+      for (const auto name : counters) row.push_back(value_or(sa, std::string(name).c_str()));
+      row.push_back(value_or(sa, "idle-ms"));
+      row.push_back(value_or(sa, "lifetime"));
+      row.push_back(drops.empty() ? "-" : drops);
+      rows.push_back(std::move(row));
     }
   }
   std::printf("Security associations: %zu\n", rows.size() - 1);
@@ -106,9 +135,9 @@ void print_policies(const Message& response) {
   print_table(rows);
 }
 
-void print_counters(const Section& response, const char* name, const char* title) {
-  const Section* section = response.section(name);
-  std::printf("%s:", title);
+void print_counters(const Section& response, std::string_view name, std::string_view title) {
+  const Section* section = response.section(std::string(name));
+  std::printf("%.*s:", static_cast<int>(title.size()), title.data());
   bool any = false;
   if (section)
     for (const auto& entry : section->entries())
@@ -125,15 +154,15 @@ void print_stats(const Message& response) {
               response.boolean("jumbo-segments").value_or(false) ? " (jumbo segments)" : "",
               value_or(response, "lan-mtu").c_str(), value_or(response, "crypto-backend").c_str(),
               response.boolean("charon-attached").value_or(false) ? "attached" : "not attached");
-  std::printf("TCP packets from the tunnel cut to fit the lan mtu: %s\n",
-              value_or(response, "tun-resegmented").c_str());
+  for (const auto& counter : espgw::daemon::kGatewayCounters)
+    if (counter.place == espgw::daemon::StatusPlace::top)
+      std::printf("%.*s (%.*s): %s\n", static_cast<int>(counter.name.size()), counter.name.data(),
+                  static_cast<int>(counter.help.size()), counter.help.data(),
+                  value_or(response, std::string(counter.name).c_str()).c_str());
   std::printf("receive steering (RPS) on the TUN device: %s\n",
               value_or(response, "tun-rps").c_str());
-  print_counters(response, "gateway-drops", "gateway drops");
-  print_counters(response, "engine-drops", "engine drops");
-  print_counters(response, "wan", "wan sockets");
-  print_counters(response, "pipeline", "pipeline");
-  print_counters(response, "control-socket", "control socket");
+  for (const auto& section : espgw::daemon::kStatsCounterSections)
+    if (section.key != "workers") print_counters(response, section.key, section.title);
   std::vector<std::vector<std::string>> rows = {{"WORKER", "PACKETS", "SHARE"}};
   if (const Section* workers = response.section("workers")) {
     double total = 0;
@@ -213,11 +242,20 @@ int main(int argc, char** argv) {
     for (const auto& request : requests) answers[request] = list_or_request(client, request);
     if (json) {
       if (answers.size() == 1) {
-        std::printf("%s\n", to_json(answers.begin()->second).c_str());
+        const std::string& request = answers.begin()->first;
+        const auto is_number = [&](const std::vector<std::string>& path) {
+          return espgw::daemon::is_number(request, path);
+        };
+        std::printf("%s\n", to_json(answers.begin()->second, is_number).c_str());
       } else {
         Message combined;
         for (const auto& [name, answer] : answers) combined.add_section(name) = answer;
-        std::printf("%s\n", to_json(combined).c_str());
+        // The first name is the request the rest of the path is an answer of.
+        const auto is_number = [](const std::vector<std::string>& path) {
+          return path.size() > 1 &&
+                 espgw::daemon::is_number(path[0], {path.begin() + 1, path.end()});
+        };
+        std::printf("%s\n", to_json(combined, is_number).c_str());
       }
       return 0;
     }
