@@ -35,8 +35,8 @@ namespace espgw::esp {
   X(queue_full, "queue-full", "the SA already has its maximum number of packets in flight")        \
   X(sequence_unreserved, "sequence-unreserved",                                                    \
     "the sequence number is beyond what the state file has reserved (outbound) or beyond "         \
-    "the replay reservation (inbound): it would not survive a crash, so it waits until "           \
-    "the reservation is on disk")                                                                  \
+    "the replay reservation (inbound): it would not survive a crash, so it is not used "           \
+    "until the reservation is on disk")                                                            \
   X(sa_held, "sa-held",                                                                            \
     "the SA's counter state is unknown (state file lost or corrupt, or charon re-installed "       \
     "an SA espgw has no record of): nothing is carried on its key until it is rekeyed, "           \
