@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 namespace espgw::daemon {
 
@@ -52,13 +54,266 @@ std::string directory_of(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+// What a key's parser learned beyond the configuration itself.
+struct ParseState {
+  GatewayConfig& config;
+  const std::string& path;  // the configuration file: relative paths are resolved against it
+  bool have_local = false;
+  bool have_state_dir = false;
+};
+
+// Stores `value` where the key goes, or returns what it expected instead (the error then
+// reads "'KEY': expected WHAT, got 'VALUE'").
+using KeyParser = const char* (*)(std::string_view value, ParseState& state);
+
+struct ConfigKey {
+  std::string_view name;
+  KeyParser parse;
+};
+
+const char* unless(bool parsed, const char* expected) {
+  return parsed ? nullptr : expected;
+}
+
+std::string resolve_against_config(std::string_view file, const std::string& config_path) {
+  const std::string path(file);
+  return path.front() == '/' ? path : directory_of(config_path) + "/" + path;
+}
+
+// Every key of espgw.conf: its name, and the parser that stores its value in the config.
+constexpr ConfigKey kConfigKeys[] = {
+    {"tun-name",
+     [](std::string_view value, ParseState& s) -> const char* {
+       if (value.size() > 15) return "an interface name of at most 15 characters";
+       s.config.tun_name = value;
+       return nullptr;
+     }},
+    {"tun-queues",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number(value, s.config.tun_queues, 1u, 64u), "a number from 1 to 64");
+     }},
+    {"tun-offload",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_bool(value, s.config.tun_offload), "yes or no");
+     }},
+    {"tun-rps",
+     [](std::string_view value, ParseState& s) -> const char* {
+       bool on = false;
+       if (value == "auto")
+         s.config.tun_rps.reset();
+       else if (parse_bool(value, on))
+         s.config.tun_rps = on;
+       else
+         return "auto, yes or no";
+       return nullptr;
+     }},
+    {"tun-address",
+     [](std::string_view value, ParseState& s) -> const char* {
+       auto prefix = esp::IpPrefix::parse(value);
+       if (!prefix) return "an address with prefix length, like 10.1.255.1/32";
+       s.config.tun_address = prefix;
+       return nullptr;
+     }},
+    {"local-address",
+     [](std::string_view value, ParseState& s) -> const char* {
+       auto address = esp::IpAddress::parse(value);
+       if (!address) return "an IPv4 or IPv6 address";
+       s.config.local_address = *address;
+       s.have_local = true;
+       return nullptr;
+     }},
+    {"udp-port",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number<uint16_t>(value, s.config.udp_port, 1, 65535), "a port number");
+     }},
+    {"wan-readers",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number(value, s.config.wan_readers, 0u, 64u),
+                     "a number from 0 (one per CPU, at most 4) to 64");
+     }},
+    {"state-dir",
+     [](std::string_view value, ParseState& s) -> const char* {
+       s.have_state_dir = true;
+       s.config.state_dir = resolve_against_config(value, s.path);
+       return nullptr;
+     }},
+    {"static-sa-file",
+     [](std::string_view value, ParseState& s) -> const char* {
+       s.config.static_sa_file = resolve_against_config(value, s.path);
+       return nullptr;
+     }},
+    {"control-socket",
+     [](std::string_view value, ParseState& s) -> const char* {
+       if (value.front() != '/' || value.size() > 107)
+         return "an absolute path of at most 107 characters";
+       s.config.control_socket = value;
+       return nullptr;
+     }},
+    {"charon-vici",
+     [](std::string_view value, ParseState& s) -> const char* {
+       s.config.charon_vici = value;
+       return nullptr;
+     }},
+    {"parallel-child",
+     // "NAME N": keep N CHILD_SAs of child config NAME up (ECMP)
+     [](std::string_view value, ParseState& s) -> const char* {
+       const auto space = value.find_last_of(" \t");
+       ParallelChild child;
+       if (space == std::string_view::npos ||
+           !parse_number(trim(value.substr(space + 1)), child.count, 1u, 64u) ||
+           trim(value.substr(0, space)).empty())
+         return "a child config name and a count from 1 to 64, like 'net 4'";
+       s.config.parallel_children.push_back(
+           {std::string(trim(value.substr(0, space))), child.count});
+       return nullptr;
+     }},
+    {"min-replay-window",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number(value, s.config.min_replay_window, 0u, 65536u),
+                     "0 to 65536 packets");
+     }},
+    {"ike-port",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number<uint16_t>(value, s.config.ike_port, 0, 65535),
+                     "a port number or 0");
+     }},
+    {"ike-rate-limit",
+     [](std::string_view value, ParseState& s) -> const char* {
+       const size_t space = value.find_first_of(" \t");
+       if (space == std::string_view::npos ||
+           !parse_number(trim(value.substr(0, space)), s.config.ike_rate_per_source, 0u,
+                         10000000u) ||
+           !parse_number(trim(value.substr(space + 1)), s.config.ike_rate_global, 0u, 10000000u))
+         return "two rates in packets per second, per source and in all, like '5000 20000' (0: "
+                "none)";
+       return nullptr;
+     }},
+    {"workers",
+     [](std::string_view value, ParseState& s) -> const char* {
+       s.config.run_to_completion = value == "inline";
+       if (!s.config.run_to_completion && !parse_number(value, s.config.workers, 0u, 1024u))
+         return "a number from 0 (one per CPU) to 1024, or inline";
+       return nullptr;
+     }},
+    {"crypto-backend",
+     [](std::string_view value, ParseState& s) -> const char* {
+       if (!crypto::find_backend(value)) return "ipsec-mb or openssl";
+       s.config.crypto_backend = value;
+       return nullptr;
+     }},
+    {"pin-workers",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_bool(value, s.config.pin_workers), "yes or no");
+     }},
+    {"socket-buffer",
+     [](std::string_view value, ParseState& s) -> const char* {
+       size_t bytes = 0;
+       if (value == "auto")
+         s.config.socket_buffer_bytes.reset();
+       else if (parse_number<size_t>(value, bytes, 65536, size_t{1} << 30))
+         s.config.socket_buffer_bytes = bytes;
+       else
+         return "auto, or a size in bytes from 65536 to 1073741824";
+       return nullptr;
+     }},
+    {"queue-delay-target-us",
+     [](std::string_view value, ParseState& s) -> const char* {
+       std::chrono::microseconds target{};
+       if (value == "auto")
+         s.config.queue_delay_target.reset();
+       else if (parse_microseconds(value, target, 0, 1000000))
+         s.config.queue_delay_target = target;
+       else
+         return "auto, or microseconds from 0 (off) to 1000000";
+       return nullptr;
+     }},
+    {"queue-delay-interval-us",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_microseconds(value, s.config.queue_delay_interval, 100, 10000000),
+                     "microseconds from 100 to 10000000");
+     }},
+    {"reorder-hold-us",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_microseconds(value, s.config.reorder_hold, 1, 1000000),
+                     "microseconds from 1 to 1000000");
+     }},
+    {"pool-packets",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_number<size_t>(value, s.config.pool_packets, 256, 1 << 20),
+                     "a number from 256 to 1048576");
+     }},
+    {"tunnel-mtu",
+     [](std::string_view value, ParseState& s) -> const char* {
+       unsigned mtu = 0;
+       if (!parse_number(value, mtu, 576u, 65000u)) return "an MTU from 576 to 65000";
+       s.config.tunnel_mtu = mtu;
+       return nullptr;
+     }},
+    {"jumbo-segments",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_bool(value, s.config.jumbo_segments), "yes or no");
+     }},
+    {"allow-core-dumps",
+     [](std::string_view value, ParseState& s) {
+       return unless(parse_bool(value, s.config.allow_core_dumps), "yes or no");
+     }},
+    {"lan-mtu",
+     [](std::string_view value, ParseState& s) -> const char* {
+       unsigned mtu = 0;
+       if (value == "auto")
+         s.config.lan_mtu.reset();
+       else if (parse_number(value, mtu, 576u, 65535u))
+         s.config.lan_mtu = mtu;
+       else
+         return "auto, or an MTU from 576 to 65535";
+       return nullptr;
+     }},
+    {"log-level",
+     [](std::string_view value, ParseState& s) -> const char* {
+       auto level = parse_log_level(value);
+       if (!level) return "error, warn, info or debug";
+       s.config.log_level = *level;
+       return nullptr;
+     }},
+    {"stats-interval",
+     [](std::string_view value, ParseState& s) -> const char* {
+       unsigned seconds = 0;
+       if (!parse_number(value, seconds, 0u, 86400u)) return "seconds from 0 (off) to 86400";
+       s.config.stats_interval = std::chrono::seconds(seconds);
+       return nullptr;
+     }},
+};
+
+const ConfigKey* find_config_key(std::string_view name) {
+  for (const ConfigKey& key : kConfigKeys)
+    if (key.name == name) return &key;
+  return nullptr;
+}
+
+// The rules that tie keys together, once every line has been read.
+void check_combinations(const ParseState& state, std::vector<std::string>& errors) {
+  const GatewayConfig& config = state.config;
+  const std::string& path = state.path;
+  if (!state.have_local) errors.push_back(path + ": 'local-address' is required");
+  if (config.static_sa_file.empty() && config.control_socket.empty())
+    errors.push_back(path + ": 'static-sa-file' or 'control-socket' is required");
+  if (!config.parallel_children.empty() &&
+      (config.charon_vici.empty() || config.control_socket.empty()))
+    errors.push_back(path + ": 'parallel-child' needs 'charon-vici' and 'control-socket'");
+  if (config.jumbo_segments && !config.tun_offload)
+    errors.push_back(path +
+                     ": 'jumbo-segments' needs 'tun-offload = yes': only the offloading "
+                     "TUN hands over the TCP super-packets it cuts");
+  if (!config.control_socket.empty() && config.ike_port == config.udp_port)
+    errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
+}
+
 }  // namespace
 
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path) {
   ConfigResult result;
   GatewayConfig config;
-  bool have_local = false;
-  bool have_state_dir = false;
+  ParseState state{config, path};
   std::istringstream lines(text);
   std::string raw;
   unsigned number = 0;
@@ -83,161 +338,16 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       error("'" + key + "' has no value");
       continue;
     }
-    const auto bad = [&](const char* expected) {
-      error("'" + key + "': expected " + expected + ", got '" + std::string(value) + "'");
-    };
-    if (key == "tun-name") {
-      if (value.size() > 15)
-        bad("an interface name of at most 15 characters");
-      else
-        config.tun_name = value;
-    } else if (key == "tun-queues") {
-      if (!parse_number(value, config.tun_queues, 1u, 64u)) bad("a number from 1 to 64");
-    } else if (key == "tun-offload") {
-      if (!parse_bool(value, config.tun_offload)) bad("yes or no");
-    } else if (key == "tun-rps") {
-      bool on = false;
-      if (value == "auto")
-        config.tun_rps.reset();
-      else if (parse_bool(value, on))
-        config.tun_rps = on;
-      else
-        bad("auto, yes or no");
-    } else if (key == "tun-address") {
-      if (auto prefix = esp::IpPrefix::parse(value))
-        config.tun_address = prefix;
-      else
-        bad("an address with prefix length, like 10.1.255.1/32");
-    } else if (key == "local-address") {
-      if (auto address = esp::IpAddress::parse(value)) {
-        config.local_address = *address;
-        have_local = true;
-      } else {
-        bad("an IPv4 or IPv6 address");
-      }
-    } else if (key == "udp-port") {
-      if (!parse_number<uint16_t>(value, config.udp_port, 1, 65535)) bad("a port number");
-    } else if (key == "wan-readers") {
-      if (!parse_number(value, config.wan_readers, 0u, 64u))
-        bad("a number from 0 (one per CPU, at most 4) to 64");
-    } else if (key == "state-dir") {
-      have_state_dir = true;
-      const std::string directory(value);
-      config.state_dir =
-          directory.front() == '/' ? directory : directory_of(path) + "/" + directory;
-    } else if (key == "static-sa-file") {
-      const std::string file(value);
-      config.static_sa_file = file.front() == '/' ? file : directory_of(path) + "/" + file;
-    } else if (key == "control-socket") {
-      if (value.front() != '/' || value.size() > 107)
-        bad("an absolute path of at most 107 characters");
-      else
-        config.control_socket = value;
-    } else if (key == "charon-vici") {
-      config.charon_vici = value;
-    } else if (key == "parallel-child") {
-      // "NAME N": keep N CHILD_SAs of child config NAME up (ECMP)
-      const auto space = value.find_last_of(" \t");
-      ParallelChild child;
-      if (space == std::string_view::npos ||
-          !parse_number(trim(value.substr(space + 1)), child.count, 1u, 64u) ||
-          trim(value.substr(0, space)).empty())
-        bad("a child config name and a count from 1 to 64, like 'net 4'");
-      else
-        config.parallel_children.push_back(
-            {std::string(trim(value.substr(0, space))), child.count});
-    } else if (key == "min-replay-window") {
-      if (!parse_number(value, config.min_replay_window, 0u, 65536u)) bad("0 to 65536 packets");
-    } else if (key == "ike-port") {
-      if (!parse_number<uint16_t>(value, config.ike_port, 0, 65535)) bad("a port number or 0");
-    } else if (key == "ike-rate-limit") {
-      const size_t space = value.find_first_of(" \t");
-      if (space == std::string_view::npos ||
-          !parse_number(trim(value.substr(0, space)), config.ike_rate_per_source, 0u, 10000000u) ||
-          !parse_number(trim(value.substr(space + 1)), config.ike_rate_global, 0u, 10000000u))
-        bad("two rates in packets per second, per source and in all, like '5000 20000' (0: none)");
-    } else if (key == "workers") {
-      config.run_to_completion = value == "inline";
-      if (!config.run_to_completion && !parse_number(value, config.workers, 0u, 1024u))
-        bad("a number from 0 (one per CPU) to 1024, or inline");
-    } else if (key == "crypto-backend") {
-      if (crypto::find_backend(value))
-        config.crypto_backend = value;
-      else
-        bad("ipsec-mb or openssl");
-    } else if (key == "pin-workers") {
-      if (!parse_bool(value, config.pin_workers)) bad("yes or no");
-    } else if (key == "socket-buffer") {
-      size_t bytes = 0;
-      if (value == "auto")
-        config.socket_buffer_bytes.reset();
-      else if (parse_number<size_t>(value, bytes, 65536, size_t{1} << 30))
-        config.socket_buffer_bytes = bytes;
-      else
-        bad("auto, or a size in bytes from 65536 to 1073741824");
-    } else if (key == "queue-delay-target-us") {
-      std::chrono::microseconds target{};
-      if (value == "auto")
-        config.queue_delay_target.reset();
-      else if (parse_microseconds(value, target, 0, 1000000))
-        config.queue_delay_target = target;
-      else
-        bad("auto, or microseconds from 0 (off) to 1000000");
-    } else if (key == "queue-delay-interval-us") {
-      if (!parse_microseconds(value, config.queue_delay_interval, 100, 10000000))
-        bad("microseconds from 100 to 10000000");
-    } else if (key == "reorder-hold-us") {
-      if (!parse_microseconds(value, config.reorder_hold, 1, 1000000))
-        bad("microseconds from 1 to 1000000");
-    } else if (key == "pool-packets") {
-      if (!parse_number<size_t>(value, config.pool_packets, 256, 1 << 20))
-        bad("a number from 256 to 1048576");
-    } else if (key == "tunnel-mtu") {
-      unsigned mtu = 0;
-      if (parse_number(value, mtu, 576u, 65000u))
-        config.tunnel_mtu = mtu;
-      else
-        bad("an MTU from 576 to 65000");
-    } else if (key == "jumbo-segments") {
-      if (!parse_bool(value, config.jumbo_segments)) bad("yes or no");
-    } else if (key == "allow-core-dumps") {
-      if (!parse_bool(value, config.allow_core_dumps)) bad("yes or no");
-    } else if (key == "lan-mtu") {
-      unsigned mtu = 0;
-      if (value == "auto")
-        config.lan_mtu.reset();
-      else if (parse_number(value, mtu, 576u, 65535u))
-        config.lan_mtu = mtu;
-      else
-        bad("auto, or an MTU from 576 to 65535");
-    } else if (key == "log-level") {
-      if (auto level = parse_log_level(value))
-        config.log_level = *level;
-      else
-        bad("error, warn, info or debug");
-    } else if (key == "stats-interval") {
-      unsigned seconds = 0;
-      if (parse_number(value, seconds, 0u, 86400u))
-        config.stats_interval = std::chrono::seconds(seconds);
-      else
-        bad("seconds from 0 (off) to 86400");
-    } else {
+    const ConfigKey* known = find_config_key(key);
+    if (known == nullptr) {
       error("unknown key '" + key + "'");
+      continue;
     }
+    if (const char* expected = known->parse(value, state))
+      error("'" + key + "': expected " + expected + ", got '" + std::string(value) + "'");
   }
-  if (!have_local) result.errors.push_back(path + ": 'local-address' is required");
-  if (config.static_sa_file.empty() && config.control_socket.empty())
-    result.errors.push_back(path + ": 'static-sa-file' or 'control-socket' is required");
-  if (!config.parallel_children.empty() &&
-      (config.charon_vici.empty() || config.control_socket.empty()))
-    result.errors.push_back(path + ": 'parallel-child' needs 'charon-vici' and 'control-socket'");
-  if (config.jumbo_segments && !config.tun_offload)
-    result.errors.push_back(path +
-                            ": 'jumbo-segments' needs 'tun-offload = yes': only the offloading "
-                            "TUN hands over the TCP super-packets it cuts");
-  if (!config.control_socket.empty() && config.ike_port == config.udp_port)
-    result.errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
-  if (!have_state_dir) config.state_dir = default_state_dir(path);
+  check_combinations(state, result.errors);
+  if (!state.have_state_dir) config.state_dir = default_state_dir(path);
   if (result.errors.empty()) result.config = std::move(config);
   return result;
 }
