@@ -86,8 +86,8 @@ void Pipeline::enqueue(Packet* packet) {
       // Still full: this thread is inside processing (a sink that submits: delivering one
       // SA's packets, which other threads keep staging, can take a while). The full batch
       // goes to the shared queue, where any thread takes it; kept in the slot, its packets
-      // waited for this delivery to end while other threads' later ones passed them, and
-      // the reorder window gave up on them (late deliveries with two readers on one SA).
+      // would wait for this delivery to end while other threads' later ones pass them,
+      // until the reorder window gives up on them.
       if (count == kWorkerBatch && hand_over(*slot)) count = 0;
       if (count < kWorkerBatch) {
         slot->packets[count] = packet;
@@ -150,7 +150,7 @@ bool Pipeline::process_queued(bool until_empty, bool every_slot) {
     // After its own batch, a thread also takes one from the shared queue: there another
     // thread's delivery leaves what its sink submitted (a loopback's or forwarder's
     // packets, handed over while it keeps delivering an SA that others keep staging).
-    // Left for that thread alone, they fell behind the reorder window.
+    // Left for that thread alone, they would fall behind the reorder window.
     if (was_own && (count = pop_batch(batch)) != 0)
       process_batch(batch.data(), count, static_cast<unsigned>(workers_.size()));
     break;
