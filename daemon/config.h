@@ -71,26 +71,22 @@ struct GatewayConfig {
   bool pin_workers = false;
   // Bytes per WAN socket and direction (the kernel doubles them for its bookkeeping).
   // Unset ("auto", wan_socket_buffer_bytes()): with readers running to completion 384 KiB,
-  // about 1 ms of ESP at what one reader drains on this project's VMs: their receive queue
-  // is the one that stands under TCP, so its size is latency under load (with 4 MiB, ping
-  // under load was 1.6-2.0 ms; with this, 0.87), and TCP needs no deeper one
-  // (docs/performance.md). With workers the queue is in the pipeline (a smaller buffer
-  // cut no latency there) and a reader only hands packets over, so the buffer only has to
-  // outlast the reader being descheduled: 2 MiB, tens of ms at the paced rates of the
-  // charon tests, where 384 KiB overflowed when the host held the reader back for ~10 ms.
+  // about 1 ms of ESP at what one reader drains on a small VM: their receive queue is the
+  // one that stands under TCP, so its size is latency under load, and TCP needs no deeper
+  // one (docs/performance.md). With workers the queue is in the pipeline and a reader only
+  // hands packets over, so the buffer only has to outlast the reader being descheduled:
+  // 2 MiB, tens of ms at the paced rates of the charon tests.
   std::optional<size_t> socket_buffer_bytes;
   // CoDel on the WAN receive queue (io/QueueDelayGate): a byte-sized buffer holds more
   // delay the slower the reader drains it, so the reader also drops (after decryption,
   // counted as queue-delay) once the queue has stayed above `queue_delay_target` for
   // `queue_delay_interval`. A target of 0 turns it off. Tuned for site-to-site links of
-  // sub-millisecond RTT (docs/performance.md, "Workers or none"): with 500 us / 5 ms the
-  // latency under load fell by about a quarter, with 300 us / 2 ms it halved, at the same
-  // throughput.
+  // sub-millisecond RTT (docs/performance.md, "Workers or none").
   // Unset ("auto"): kAutoQueueDelayTarget when the readers run to completion, where the
   // socket's queue is the one that stands under load; off with workers, where the
   // readers only hand packets over and the pipeline's in-flight bound is the queue's
-  // limit (with the gate on there, a reader the host kept descheduling looked like a
-  // standing queue and TCP lost packets in the paced rekey test).
+  // limit (with the gate on there, a reader the host keeps descheduling looks like a
+  // standing queue, and TCP loses packets to it).
   std::optional<std::chrono::microseconds> queue_delay_target;
   std::chrono::microseconds queue_delay_interval{2000};
   std::chrono::microseconds reorder_hold{1000};

@@ -1,3 +1,5 @@
+// The pipeline's construction and shutdown, its channels and the submit paths. The other
+// concerns each have a file of their own, pipeline_*.cpp (docs/pipeline.md lists them).
 #include "pipeline/pipeline.h"
 
 #include <pthread.h>
