@@ -134,13 +134,11 @@ TEST(PipelineConcurrent, AnEcmpGroupSharesOneInFlightBound) {
   EXPECT_EQ(sink_a.count() + sink_b.count(), 74u);
 }
 
-// The workers stall (a host whose CPUs are busy elsewhere: on a 2-vCPU VM running two
-// gateways, two charons and the traffic, tens of ms at a rekey) while a reader keeps
-// reading. Once the SA has its bound in flight and has delivered nothing for
+// The workers stall (a host whose CPUs are busy elsewhere, for tens of ms) while a reader
+// keeps reading. Once the SA has its bound in flight and has delivered nothing for
 // outbound_stall_probe, the reader waits for room (outbound_room_wait) instead of
-// dropping what it read as queue-full: the charon rekey
-// scenarios lost 85-149 packets that way in one go (TCP counted each as a loss), hidden
-// from their drop check because the SA that dropped them was rekeyed away.
+// dropping what it read as queue-full: a burst of such drops costs TCP a loss per packet,
+// and after a rekey the SA that counted them is gone.
 TEST(PipelineConcurrent, AReaderWaitsForRoomOnAFullSaInsteadOfDropping) {
   constexpr int kBound = 64, kPackets = 3 * kBound;
   PipelineConfig config;
@@ -219,8 +217,8 @@ TEST(PipelineConcurrent, AReaderGivesUpWaitingForRoomAfterTheLimit) {
 }
 
 // An SA that keeps delivering but gets more than its crypto takes (a standing queue under
-// TCP) is not stalled: a reader at its bound drops as before (the tunnel's AQM) rather
-// than wait, which let the TUN queue fill behind it (ping under load 8 ms).
+// TCP) is not stalled: a reader at its bound drops (the tunnel's AQM) rather than wait,
+// which would let the TUN queue fill behind it.
 TEST(PipelineConcurrent, AReaderDropsAtTheBoundOfAnSaThatStillDelivers) {
   constexpr int kBound = 32, kPackets = 2000;
   PipelineConfig config;

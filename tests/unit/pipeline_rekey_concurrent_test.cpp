@@ -112,8 +112,8 @@ void run_inbound_rekeys(bool slow_sink) {
 
 // The old SA's last packets are out of crypto (staged) but a worker is still handing them
 // to the sink when the new SA's first packet comes: the fence waits for that delivery to
-// end, not only for the crypto. Waiting for the crypto alone let the new SA's packets
-// overtake them (the test above failed that way in about 1 run of 50 under TSan).
+// end, not only for the crypto: waiting for the crypto alone would let the new SA's
+// packets overtake them.
 
 TEST(PipelineConcurrent, InboundPacketsOfARekeyedSaDoNotOvertakeTheOldOnes) {
   run_inbound_rekeys(false);
