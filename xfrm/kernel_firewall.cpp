@@ -35,20 +35,122 @@ std::string verdict(const Policy& policy) {
   return "counter drop";
 }
 
+// One rule as today's one-rule-per-policy table has it, and how it may join its neighbours:
+// rules that match addresses only and whose remaining text (`head`, naming the address
+// fields, and `tail`, the rest of the rule) is the same can share one rule that matches
+// the union of their addresses through an anonymous set, `head { e1, e2, ... } tail`.
+struct RuleText {
+  std::string single;                    // the rule on its own
+  bool joinable = false;                 // addresses only
+  std::string head;                      // "meta nfproto ipv4 ip saddr . ip daddr"
+  std::string tail;                      // "goto from_tunnel_only"
+  std::string element;                   // "10.2.0.1/32 . 10.1.0.0/16"
+  std::vector<esp::IpPrefix> addresses;  // the element's prefixes, in head order
+};
+
+bool prefixes_overlap(const esp::IpPrefix& a, const esp::IpPrefix& b) {
+  if (a.address.family != b.address.family) return false;
+  // One contains the other's network address at the shorter length.
+  return a.length <= b.length ? a.contains(b.address) : b.contains(a.address);
+}
+
+// Two elements of one set overlap when every field does: a packet could match both.
+bool elements_overlap(const RuleText& a, const RuleText& b) {
+  for (size_t field = 0; field < a.addresses.size(); ++field)
+    if (!prefixes_overlap(a.addresses[field], b.addresses[field])) return false;
+  return true;
+}
+
+// Writes `rules` in order, joining each run of consecutive joinable rules with the same
+// head and tail into one. The first matching rule decides, so this changes no verdict: a
+// packet that matches the joined rule matched one of its rules, the first of which had the
+// same tail, and a packet that matches none goes on to the next rule as before. A set of
+// concatenated ranges refuses overlapping elements, so an element that overlaps one
+// already in the run starts a new run instead.
+void write_rules(std::string& text, const std::vector<RuleText>& rules) {
+  size_t first = 0;
+  while (first < rules.size()) {
+    size_t end = first + 1;
+    if (rules[first].joinable) {
+      while (end < rules.size() && rules[end].joinable && rules[end].head == rules[first].head &&
+             rules[end].tail == rules[first].tail) {
+        bool overlaps = false;
+        for (size_t member = first; member < end && !overlaps; ++member)
+          overlaps = elements_overlap(rules[member], rules[end]);
+        if (overlaps) break;
+        ++end;
+      }
+    }
+    if (end - first == 1) {
+      text += "    " + rules[first].single + "\n";
+    } else {
+      text += "    " + rules[first].head + " { ";
+      for (size_t member = first; member < end; ++member)
+        text += (member == first ? "" : ", ") + rules[member].element;
+      text += " } " + rules[first].tail + "\n";
+    }
+    first = end;
+  }
+}
+
+RuleText policy_rule(const Policy& policy) {
+  RuleText rule;
+  rule.tail = verdict(policy);
+  rule.single = firewall_match(policy) + " " + rule.tail;
+  const Selector& selector = policy.selector;
+  if (selector.protocol != 0 || !selector.local_ports.is_any() || !selector.remote_ports.is_any())
+    return rule;
+  const bool outbound = policy.direction == Direction::out;
+  const esp::IpPrefix& source = outbound ? selector.local : selector.remote;
+  const esp::IpPrefix& destination = outbound ? selector.remote : selector.local;
+  const bool v4 = selector.local.address.family == 4;
+  const std::string ip = v4 ? "ip" : "ip6";
+  // Only the fields the single rule matches: an "any" side stays out of the set.
+  std::vector<std::string> fields;
+  if (source.length != 0) {
+    fields.push_back(ip + " saddr");
+    rule.addresses.push_back(source);
+  }
+  if (destination.length != 0) {
+    fields.push_back(ip + " daddr");
+    rule.addresses.push_back(destination);
+  }
+  if (fields.empty()) return rule;  // family only: nothing to put in a set
+  rule.joinable = true;
+  rule.head = std::string("meta nfproto ") + (v4 ? "ipv4 " : "ipv6 ") + fields[0];
+  rule.element = rule.addresses[0].to_string();
+  if (fields.size() == 2) {
+    rule.head += " . " + fields[1];
+    rule.element += " . " + rule.addresses[1].to_string();
+  }
+  return rule;
+}
+
 void add_rules(std::string& text, const std::vector<Policy>& policies, Direction direction) {
+  std::vector<RuleText> rules;
   for (const auto& policy : policies)
-    if (policy.direction == direction)
-      text += "    " + firewall_match(policy) + " " + verdict(policy) + "\n";
+    if (policy.direction == direction) rules.push_back(policy_rule(policy));
+  write_rules(text, rules);
 }
 
 void add_fail_closed(std::string& text, const FirewallSpec& spec) {
+  std::vector<RuleText> rules;
   for (const auto& prefix : spec.fail_closed_prefixes) {
     const bool v4 = prefix.address.family == 4;
-    text += std::string("    meta nfproto ") + (v4 ? "ipv4" : "ipv6");
-    if (prefix.length != 0)
-      text += std::string(v4 ? " ip" : " ip6") + " daddr " + prefix.to_string();
-    text += " oifname != \"" + spec.tun_name + "\" counter drop\n";
+    RuleText rule;
+    rule.tail = "oifname != \"" + spec.tun_name + "\" counter drop";
+    rule.single = std::string("meta nfproto ") + (v4 ? "ipv4" : "ipv6");
+    if (prefix.length != 0) {
+      rule.head = rule.single + (v4 ? " ip" : " ip6") + " daddr";
+      rule.single = rule.head + " " + prefix.to_string();
+      rule.joinable = true;
+      rule.element = prefix.to_string();
+      rule.addresses = {prefix};
+    }
+    rule.single += " " + rule.tail;
+    rules.push_back(std::move(rule));
   }
+  write_rules(text, rules);
 }
 
 }  // namespace

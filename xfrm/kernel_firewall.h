@@ -7,10 +7,13 @@
 //   input hook:   the `in` policies, in SPD order
 //   forward hook: the `fwd` policies, then the `out` policies, then the fail-closed prefixes
 //   output hook:  the `out` policies, then the fail-closed prefixes
-// A policy becomes one rule on its selector (oriented as the packet carries it; protocol
+// A policy becomes a rule on its selector (oriented as the packet carries it; protocol
 // and ports when the selector has them): protect in/fwd accepts only what arrived on the
 // TUN device, protect out only what leaves through it, bypass accepts, discard drops. The
-// first matching rule decides, as the first matching policy does in the SPD. Last, a
+// first matching rule decides, as the first matching policy does in the SPD. Consecutive
+// policies that match addresses only, with the same verdict and no overlap between them,
+// share one rule whose addresses are an anonymous set (one lookup per packet however many
+// tunnels there are); consecutive fail-closed prefixes likewise. Last, a
 // packet towards a fail-closed prefix (xfrm/fail_closed_routes.h) that would leave through
 // another device is dropped. The table outlives espgw (SIGTERM, crash) and is rewritten
 // whole, in one nft transaction, whenever the policies change; `espgw --release` removes
