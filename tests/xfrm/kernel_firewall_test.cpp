@@ -124,6 +124,121 @@ TEST(KernelFirewall, RulesetPerHookInPolicyOrderWithVerdicts) {
   EXPECT_EQ(text.find(closed4, output), text.rfind(closed4));
 }
 
+// The forward chain's rules, one per line, without the chain's type line.
+std::vector<std::string> forward_rules(const std::string& text) {
+  const size_t begin = text.find("policy accept;\n", text.find("chain forward {")) + 15;
+  const size_t end = text.find("  }\n", begin);
+  std::vector<std::string> rules;
+  for (size_t at = begin; at < end;) {
+    const size_t line_end = text.find('\n', at);
+    rules.push_back(text.substr(at + 4, line_end - at - 4));
+    at = line_end + 1;
+  }
+  return rules;
+}
+
+FirewallSpec spec_of(std::vector<Policy> policies) {
+  FirewallSpec spec;
+  spec.tun_name = "espgw0";
+  spec.policies = std::move(policies);
+  return spec;
+}
+
+TEST(KernelFirewall, ConsecutiveAddressRulesWithOneVerdictShareASet) {
+  const auto text = firewall_ruleset(spec_of({
+      policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
+      policy(2, Direction::fwd, "10.1.0.0/16", "10.2.0.2/32", PolicyAction::protect),
+      policy(3, Direction::fwd, "10.1.0.0/16", "10.2.0.3/32", PolicyAction::protect),
+  }));
+  EXPECT_EQ(forward_rules(text),
+            (std::vector<std::string>{
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
+                "10.2.0.2/32 . 10.1.0.0/16, 10.2.0.3/32 . 10.1.0.0/16 } goto from_tunnel_only"}));
+}
+
+TEST(KernelFirewall, AnOverlappingSelectorStartsANewRule) {
+  // 10.2.0.0/16 -> 10.1.0.0/16 overlaps the first (both sides do); the third overlaps
+  // only the second, which is in the new run.
+  const auto text = firewall_ruleset(spec_of({
+      policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
+      policy(2, Direction::fwd, "10.1.0.0/16", "10.2.0.0/16", PolicyAction::protect),
+      policy(3, Direction::fwd, "10.1.0.0/16", "10.2.0.2/32", PolicyAction::protect),
+      // Same source as 3 but a disjoint destination: no overlap, joins 3's run.
+      policy(4, Direction::fwd, "10.9.0.0/16", "10.2.0.2/32", PolicyAction::protect),
+  }));
+  EXPECT_EQ(forward_rules(text),
+            (std::vector<std::string>{
+                "meta nfproto ipv4 ip saddr 10.2.0.1/32 ip daddr 10.1.0.0/16 goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16 goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.2/32 . 10.1.0.0/16, "
+                "10.2.0.2/32 . 10.9.0.0/16 } goto from_tunnel_only"}));
+}
+
+TEST(KernelFirewall, ADifferentVerdictOrAPortRuleBreaksARunInOrder) {
+  Policy ports = policy(3, Direction::fwd, "10.1.0.0/16", "10.2.0.3/32", PolicyAction::protect);
+  ports.selector.protocol = 6;
+  ports.selector.local_ports = {22, 22};
+  const auto text = firewall_ruleset(spec_of({
+      policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
+      policy(2, Direction::fwd, "10.1.0.0/16", "10.2.0.2/32", PolicyAction::discard),
+      ports,
+      policy(4, Direction::fwd, "10.1.0.0/16", "10.2.0.4/32", PolicyAction::protect),
+      policy(5, Direction::fwd, "10.1.0.0/16", "10.2.0.5/32", PolicyAction::protect),
+      policy(6, Direction::fwd, "10.1.0.0/16", "10.2.0.6/32", PolicyAction::bypass),
+      policy(7, Direction::fwd, "10.1.0.0/16", "10.2.0.7/32", PolicyAction::bypass),
+  }));
+  EXPECT_EQ(forward_rules(text),
+            (std::vector<std::string>{
+                "meta nfproto ipv4 ip saddr 10.2.0.1/32 ip daddr 10.1.0.0/16 goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr 10.2.0.2/32 ip daddr 10.1.0.0/16 counter drop",
+                "meta nfproto ipv4 ip saddr 10.2.0.3/32 ip daddr 10.1.0.0/16 meta l4proto 6 "
+                "th dport 22 goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.4/32 . 10.1.0.0/16, "
+                "10.2.0.5/32 . 10.1.0.0/16 } goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.6/32 . 10.1.0.0/16, "
+                "10.2.0.7/32 . 10.1.0.0/16 } accept"}));
+}
+
+TEST(KernelFirewall, FamiliesAndAnySidesKeepTheirOwnRuns) {
+  const auto text = firewall_ruleset(spec_of({
+      policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
+      policy(2, Direction::fwd, "10.1.0.0/16", "10.2.0.2/32", PolicyAction::protect),
+      policy(3, Direction::fwd, "fd00:1::/64", "fd00:2::1/128", PolicyAction::protect),
+      policy(4, Direction::fwd, "fd00:1::/64", "fd00:2::2/128", PolicyAction::protect),
+      // An "any" side is not matched, so it is not in the set either.
+      policy(5, Direction::fwd, "::/0", "fd00:3::/64", PolicyAction::protect),
+      policy(6, Direction::fwd, "::/0", "fd00:4::/64", PolicyAction::protect),
+      policy(7, Direction::fwd, "10.1.0.0/16", "10.2.0.3/32", PolicyAction::protect),
+      // Family only: no set to join.
+      policy(8, Direction::fwd, "0.0.0.0/0", "0.0.0.0/0", PolicyAction::protect),
+      policy(9, Direction::fwd, "0.0.0.0/0", "0.0.0.0/0", PolicyAction::protect),
+  }));
+  EXPECT_EQ(
+      forward_rules(text),
+      (std::vector<std::string>{
+          "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
+          "10.2.0.2/32 . 10.1.0.0/16 } goto from_tunnel_only",
+          "meta nfproto ipv6 ip6 saddr . ip6 daddr { fd00:2::1/128 . fd00:1::/64, "
+          "fd00:2::2/128 . fd00:1::/64 } goto from_tunnel_only",
+          "meta nfproto ipv6 ip6 saddr { fd00:3::/64, fd00:4::/64 } goto from_tunnel_only",
+          "meta nfproto ipv4 ip saddr 10.2.0.3/32 ip daddr 10.1.0.0/16 goto from_tunnel_only",
+          "meta nfproto ipv4 goto from_tunnel_only", "meta nfproto ipv4 goto from_tunnel_only"}));
+}
+
+TEST(KernelFirewall, FailClosedPrefixesShareASetPerFamily) {
+  FirewallSpec spec = spec_of({});
+  spec.fail_closed_prefixes = {prefix("10.2.0.1/32"), prefix("10.2.0.2/32"), prefix("10.2.0.0/16"),
+                               prefix("fd00:2::/64"), prefix("fd00:3::/64"), prefix("0.0.0.0/0")};
+  EXPECT_EQ(forward_rules(firewall_ruleset(spec)),
+            (std::vector<std::string>{
+                "meta nfproto ipv4 ip daddr { 10.2.0.1/32, 10.2.0.2/32 } oifname != \"espgw0\" "
+                "counter drop",
+                "meta nfproto ipv4 ip daddr 10.2.0.0/16 oifname != \"espgw0\" counter drop",
+                "meta nfproto ipv6 ip6 daddr { fd00:2::/64, fd00:3::/64 } oifname != \"espgw0\" "
+                "counter drop",
+                "meta nfproto ipv4 oifname != \"espgw0\" counter drop"}));
+}
+
 TEST(KernelFirewall, TableNamesAndInterfaceNames) {
   EXPECT_EQ(firewall_table_name("espgw0"), "espgw_espgw0");
   EXPECT_EQ(firewall_table_name("gw-1.a"), "espgw_gw_x2d1_x2ea");
