@@ -2,8 +2,10 @@
 
 #include <nftables/libnftables.h>
 
+#include <bitset>
 #include <cstdio>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace espgw::xfrm {
 namespace {
@@ -48,36 +50,65 @@ struct RuleText {
   std::vector<esp::IpPrefix> addresses;  // the element's prefixes, in head order
 };
 
-bool prefixes_overlap(const esp::IpPrefix& a, const esp::IpPrefix& b) {
-  if (a.address.family != b.address.family) return false;
-  // One contains the other's network address at the shorter length.
-  return a.length <= b.length ? a.contains(b.address) : b.contains(a.address);
-}
+// The prefixes of one field of a shared rule, asked whether a prefix overlaps any of them
+// (one contains the other) in a few hash lookups rather than one comparison per member.
+class PrefixOverlapSet {
+ public:
+  bool overlaps(const esp::IpPrefix& prefix) const {
+    // One of them inside `prefix` (or equal to it)?
+    if (covered_.count(key(prefix, prefix.length)) != 0) return true;
+    // `prefix` inside one of them: look for its own prefixes of the lengths there are.
+    for (unsigned length = 0; length < prefix.length; ++length)
+      if (lengths_[length] && members_.count(key(prefix, length)) != 0) return true;
+    return false;
+  }
+  void insert(const esp::IpPrefix& prefix) {
+    members_.insert(key(prefix, prefix.length));
+    lengths_[prefix.length] = true;
+    // Every prefix that contains it; shorter ones are there already once one is.
+    for (int length = prefix.length; length >= 0; --length)
+      if (!covered_.insert(key(prefix, static_cast<unsigned>(length))).second) break;
+  }
 
-// Two elements of one set overlap when every field does: a packet could match both.
-bool elements_overlap(const RuleText& a, const RuleText& b) {
-  for (size_t field = 0; field < a.addresses.size(); ++field)
-    if (!prefixes_overlap(a.addresses[field], b.addresses[field])) return false;
-  return true;
-}
+ private:
+  // The family, the length and the address's first `length` bits.
+  static std::string key(const esp::IpPrefix& prefix, unsigned length) {
+    std::string text(1, static_cast<char>(prefix.address.family));
+    text += static_cast<char>(length);
+    const unsigned bytes = (length + 7) / 8;
+    text.append(reinterpret_cast<const char*>(prefix.address.bytes.data()), bytes);
+    if (length % 8 != 0) text.back() &= static_cast<char>(0xFF << (8 - length % 8));
+    return text;
+  }
+  std::unordered_set<std::string> members_;
+  std::unordered_set<std::string> covered_;
+  std::bitset<129> lengths_;
+};
 
 // Writes `rules` in order, joining each run of consecutive joinable rules with the same
 // head and tail into one. The first matching rule decides, so this changes no verdict: a
 // packet that matches the joined rule matched one of its rules, the first of which had the
 // same tail, and a packet that matches none goes on to the next rule as before. A set of
-// concatenated ranges refuses overlapping elements, so an element that overlaps one
-// already in the run starts a new run instead.
+// concatenated ranges refuses overlapping elements, so a rule that may overlap one already
+// in the run starts a new run instead: one whose every field overlaps that field of some
+// member (not necessarily the same member: a cheap test, which at worst splits a run that
+// could have stayed whole, and never changes a verdict).
 void write_rules(std::string& text, const std::vector<RuleText>& rules) {
   size_t first = 0;
   while (first < rules.size()) {
     size_t end = first + 1;
     if (rules[first].joinable) {
+      std::vector<PrefixOverlapSet> fields(rules[first].addresses.size());
+      for (size_t field = 0; field < fields.size(); ++field)
+        fields[field].insert(rules[first].addresses[field]);
       while (end < rules.size() && rules[end].joinable && rules[end].head == rules[first].head &&
              rules[end].tail == rules[first].tail) {
-        bool overlaps = false;
-        for (size_t member = first; member < end && !overlaps; ++member)
-          overlaps = elements_overlap(rules[member], rules[end]);
-        if (overlaps) break;
+        bool every_field_overlaps = true;
+        for (size_t field = 0; field < fields.size() && every_field_overlaps; ++field)
+          every_field_overlaps = fields[field].overlaps(rules[end].addresses[field]);
+        if (every_field_overlaps) break;
+        for (size_t field = 0; field < fields.size(); ++field)
+          fields[field].insert(rules[end].addresses[field]);
         ++end;
       }
     }

@@ -174,6 +174,23 @@ TEST(KernelFirewall, AnOverlappingSelectorStartsANewRule) {
                 "10.2.0.2/32 . 10.9.0.0/16 } goto from_tunnel_only"}));
 }
 
+TEST(KernelFirewall, ARunSplitsWhenEveryFieldOverlapsSomeMember) {
+  // 3's source overlaps 1's and its destination 2's, though 3 overlaps neither on both
+  // sides: the quick test splits there, which costs a rule and changes no verdict.
+  const auto text = firewall_ruleset(spec_of({
+      policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
+      policy(2, Direction::fwd, "10.3.0.0/16", "10.2.0.2/32", PolicyAction::protect),
+      policy(3, Direction::fwd, "10.3.0.0/24", "10.2.0.0/31", PolicyAction::protect),
+      policy(4, Direction::fwd, "10.4.0.0/16", "10.2.0.0/24", PolicyAction::protect),
+  }));
+  EXPECT_EQ(forward_rules(text),
+            (std::vector<std::string>{
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
+                "10.2.0.2/32 . 10.3.0.0/16 } goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.0/31 . 10.3.0.0/24, "
+                "10.2.0.0/24 . 10.4.0.0/16 } goto from_tunnel_only"}));
+}
+
 TEST(KernelFirewall, ADifferentVerdictOrAPortRuleBreaksARunInOrder) {
   Policy ports = policy(3, Direction::fwd, "10.1.0.0/16", "10.2.0.3/32", PolicyAction::protect);
   ports.selector.protocol = 6;
