@@ -44,11 +44,57 @@ std::string verdict(const Policy& policy) {
 struct RuleText {
   std::string single;                    // the rule on its own
   bool joinable = false;                 // addresses only
-  std::string head;                      // "meta nfproto ipv4 ip saddr . ip daddr"
+  std::string family;                    // "meta nfproto ipv4"
+  std::vector<std::string> fields;       // "ip saddr", "ip daddr": those it matches
+  std::string head;                      // family and fields, what a run must share
   std::string tail;                      // "goto from_tunnel_only"
-  std::string element;                   // "10.2.0.1/32 . 10.1.0.0/16"
-  std::vector<esp::IpPrefix> addresses;  // the element's prefixes, in head order
+  std::vector<esp::IpPrefix> addresses;  // one per field
 };
+
+// A host prefix as a bare address: a set of addresses only is a hash the kernel looks up
+// in one step, where prefixes make it a set of ranges.
+std::string set_element(const esp::IpPrefix& prefix) {
+  const unsigned host_length = prefix.address.family == 4 ? 32 : 128;
+  return prefix.length == host_length ? prefix.address.to_string() : prefix.to_string();
+}
+
+// The shared rule of `rules`, which have one head and tail. When every member has the same
+// prefix in one of two fields, that field is matched on its own and the set holds the
+// other only: a set of one field is a hash or a tree of ranges, looked up in one step or
+// a logarithmic walk, where a set of concatenated ranges costs a lookup time that grows
+// with its size.
+std::string shared_rule(const RuleText* begin, const RuleText* end) {
+  const RuleText& first = *begin;
+  size_t common = first.fields.size();  // none
+  for (size_t field = 0; field < first.fields.size() && first.fields.size() == 2; ++field) {
+    bool same = true;
+    for (const RuleText* member = begin; member != end && same; ++member)
+      same = member->addresses[field].to_string() == first.addresses[field].to_string();
+    if (same) {
+      common = field;
+      break;
+    }
+  }
+  std::string text = first.family;
+  if (common < first.fields.size()) {
+    const size_t varying = 1 - common;
+    text += " " + first.fields[common] + " " + first.addresses[common].to_string() + " " +
+            first.fields[varying] + " { ";
+    for (const RuleText* member = begin; member != end; ++member)
+      text += (member == begin ? "" : ", ") + set_element(member->addresses[varying]);
+  } else {
+    text += " " + first.fields[0];
+    for (size_t field = 1; field < first.fields.size(); ++field)
+      text += " . " + first.fields[field];
+    text += " { ";
+    for (const RuleText* member = begin; member != end; ++member) {
+      text += member == begin ? "" : ", ";
+      for (size_t field = 0; field < member->addresses.size(); ++field)
+        text += (field == 0 ? "" : " . ") + set_element(member->addresses[field]);
+    }
+  }
+  return text + " } " + first.tail;
+}
 
 // The prefixes of one field of a shared rule, asked whether a prefix overlaps any of them
 // (one contains the other) in a few hash lookups rather than one comparison per member.
@@ -115,10 +161,7 @@ void write_rules(std::string& text, const std::vector<RuleText>& rules) {
     if (end - first == 1) {
       text += "    " + rules[first].single + "\n";
     } else {
-      text += "    " + rules[first].head + " { ";
-      for (size_t member = first; member < end; ++member)
-        text += (member == first ? "" : ", ") + rules[member].element;
-      text += " } " + rules[first].tail + "\n";
+      text += "    " + shared_rule(&rules[first], &rules[first] + (end - first)) + "\n";
     }
     first = end;
   }
@@ -137,23 +180,19 @@ RuleText policy_rule(const Policy& policy) {
   const bool v4 = selector.local.address.family == 4;
   const std::string ip = v4 ? "ip" : "ip6";
   // Only the fields the single rule matches: an "any" side stays out of the set.
-  std::vector<std::string> fields;
+  rule.family = std::string("meta nfproto ") + (v4 ? "ipv4" : "ipv6");
   if (source.length != 0) {
-    fields.push_back(ip + " saddr");
+    rule.fields.push_back(ip + " saddr");
     rule.addresses.push_back(source);
   }
   if (destination.length != 0) {
-    fields.push_back(ip + " daddr");
+    rule.fields.push_back(ip + " daddr");
     rule.addresses.push_back(destination);
   }
-  if (fields.empty()) return rule;  // family only: nothing to put in a set
+  if (rule.fields.empty()) return rule;  // family only: nothing to put in a set
   rule.joinable = true;
-  rule.head = std::string("meta nfproto ") + (v4 ? "ipv4 " : "ipv6 ") + fields[0];
-  rule.element = rule.addresses[0].to_string();
-  if (fields.size() == 2) {
-    rule.head += " . " + fields[1];
-    rule.element += " . " + rule.addresses[1].to_string();
-  }
+  rule.head = rule.family;
+  for (const auto& field : rule.fields) rule.head += " " + field;
   return rule;
 }
 
@@ -170,12 +209,13 @@ void add_fail_closed(std::string& text, const FirewallSpec& spec) {
     const bool v4 = prefix.address.family == 4;
     RuleText rule;
     rule.tail = "oifname != \"" + spec.tun_name + "\" counter drop";
-    rule.single = std::string("meta nfproto ") + (v4 ? "ipv4" : "ipv6");
+    rule.family = std::string("meta nfproto ") + (v4 ? "ipv4" : "ipv6");
+    rule.single = rule.family;
     if (prefix.length != 0) {
-      rule.head = rule.single + (v4 ? " ip" : " ip6") + " daddr";
+      rule.fields = {v4 ? "ip daddr" : "ip6 daddr"};
+      rule.head = rule.family + " " + rule.fields[0];
       rule.single = rule.head + " " + prefix.to_string();
       rule.joinable = true;
-      rule.element = prefix.to_string();
       rule.addresses = {prefix};
     }
     rule.single += " " + rule.tail;

@@ -145,6 +145,7 @@ FirewallSpec spec_of(std::vector<Policy> policies) {
 }
 
 TEST(KernelFirewall, ConsecutiveAddressRulesWithOneVerdictShareASet) {
+  // All have the LAN as destination: it is matched once, the set holds the sources only.
   const auto text = firewall_ruleset(spec_of({
       policy(1, Direction::fwd, "10.1.0.0/16", "10.2.0.1/32", PolicyAction::protect),
       policy(2, Direction::fwd, "10.1.0.0/16", "10.2.0.2/32", PolicyAction::protect),
@@ -152,8 +153,8 @@ TEST(KernelFirewall, ConsecutiveAddressRulesWithOneVerdictShareASet) {
   }));
   EXPECT_EQ(forward_rules(text),
             (std::vector<std::string>{
-                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
-                "10.2.0.2/32 . 10.1.0.0/16, 10.2.0.3/32 . 10.1.0.0/16 } goto from_tunnel_only"}));
+                "meta nfproto ipv4 ip daddr 10.1.0.0/16 ip saddr { 10.2.0.1, 10.2.0.2, 10.2.0.3 } "
+                "goto from_tunnel_only"}));
 }
 
 TEST(KernelFirewall, AnOverlappingSelectorStartsANewRule) {
@@ -170,8 +171,8 @@ TEST(KernelFirewall, AnOverlappingSelectorStartsANewRule) {
             (std::vector<std::string>{
                 "meta nfproto ipv4 ip saddr 10.2.0.1/32 ip daddr 10.1.0.0/16 goto from_tunnel_only",
                 "meta nfproto ipv4 ip saddr 10.2.0.0/16 ip daddr 10.1.0.0/16 goto from_tunnel_only",
-                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.2/32 . 10.1.0.0/16, "
-                "10.2.0.2/32 . 10.9.0.0/16 } goto from_tunnel_only"}));
+                "meta nfproto ipv4 ip saddr 10.2.0.2/32 ip daddr { 10.1.0.0/16, 10.9.0.0/16 } "
+                "goto from_tunnel_only"}));
 }
 
 TEST(KernelFirewall, ARunSplitsWhenEveryFieldOverlapsSomeMember) {
@@ -185,8 +186,8 @@ TEST(KernelFirewall, ARunSplitsWhenEveryFieldOverlapsSomeMember) {
   }));
   EXPECT_EQ(forward_rules(text),
             (std::vector<std::string>{
-                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
-                "10.2.0.2/32 . 10.3.0.0/16 } goto from_tunnel_only",
+                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1 . 10.1.0.0/16, "
+                "10.2.0.2 . 10.3.0.0/16 } goto from_tunnel_only",
                 "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.0/31 . 10.3.0.0/24, "
                 "10.2.0.0/24 . 10.4.0.0/16 } goto from_tunnel_only"}));
 }
@@ -210,10 +211,9 @@ TEST(KernelFirewall, ADifferentVerdictOrAPortRuleBreaksARunInOrder) {
                 "meta nfproto ipv4 ip saddr 10.2.0.2/32 ip daddr 10.1.0.0/16 counter drop",
                 "meta nfproto ipv4 ip saddr 10.2.0.3/32 ip daddr 10.1.0.0/16 meta l4proto 6 "
                 "th dport 22 goto from_tunnel_only",
-                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.4/32 . 10.1.0.0/16, "
-                "10.2.0.5/32 . 10.1.0.0/16 } goto from_tunnel_only",
-                "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.6/32 . 10.1.0.0/16, "
-                "10.2.0.7/32 . 10.1.0.0/16 } accept"}));
+                "meta nfproto ipv4 ip daddr 10.1.0.0/16 ip saddr { 10.2.0.4, 10.2.0.5 } "
+                "goto from_tunnel_only",
+                "meta nfproto ipv4 ip daddr 10.1.0.0/16 ip saddr { 10.2.0.6, 10.2.0.7 } accept"}));
 }
 
 TEST(KernelFirewall, FamiliesAndAnySidesKeepTheirOwnRuns) {
@@ -233,10 +233,10 @@ TEST(KernelFirewall, FamiliesAndAnySidesKeepTheirOwnRuns) {
   EXPECT_EQ(
       forward_rules(text),
       (std::vector<std::string>{
-          "meta nfproto ipv4 ip saddr . ip daddr { 10.2.0.1/32 . 10.1.0.0/16, "
-          "10.2.0.2/32 . 10.1.0.0/16 } goto from_tunnel_only",
-          "meta nfproto ipv6 ip6 saddr . ip6 daddr { fd00:2::1/128 . fd00:1::/64, "
-          "fd00:2::2/128 . fd00:1::/64 } goto from_tunnel_only",
+          "meta nfproto ipv4 ip daddr 10.1.0.0/16 ip saddr { 10.2.0.1, 10.2.0.2 } "
+          "goto from_tunnel_only",
+          "meta nfproto ipv6 ip6 daddr fd00:1::/64 ip6 saddr { fd00:2::1, fd00:2::2 } "
+          "goto from_tunnel_only",
           "meta nfproto ipv6 ip6 saddr { fd00:3::/64, fd00:4::/64 } goto from_tunnel_only",
           "meta nfproto ipv4 ip saddr 10.2.0.3/32 ip daddr 10.1.0.0/16 goto from_tunnel_only",
           "meta nfproto ipv4 goto from_tunnel_only", "meta nfproto ipv4 goto from_tunnel_only"}));
@@ -248,7 +248,7 @@ TEST(KernelFirewall, FailClosedPrefixesShareASetPerFamily) {
                                prefix("fd00:2::/64"), prefix("fd00:3::/64"), prefix("0.0.0.0/0")};
   EXPECT_EQ(forward_rules(firewall_ruleset(spec)),
             (std::vector<std::string>{
-                "meta nfproto ipv4 ip daddr { 10.2.0.1/32, 10.2.0.2/32 } oifname != \"espgw0\" "
+                "meta nfproto ipv4 ip daddr { 10.2.0.1, 10.2.0.2 } oifname != \"espgw0\" "
                 "counter drop",
                 "meta nfproto ipv4 ip daddr 10.2.0.0/16 oifname != \"espgw0\" counter drop",
                 "meta nfproto ipv6 ip6 daddr { fd00:2::/64, fd00:3::/64 } oifname != \"espgw0\" "
