@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <sstream>
+
 namespace espgw::xfrm {
 namespace {
 
@@ -254,6 +257,146 @@ TEST(KernelFirewall, FailClosedPrefixesShareASetPerFamily) {
                 "meta nfproto ipv6 ip6 daddr { fd00:2::/64, fd00:3::/64 } oifname != \"espgw0\" "
                 "counter drop",
                 "meta nfproto ipv4 oifname != \"espgw0\" counter drop"}));
+}
+
+// --- Differential: the shared rules decide every packet as one rule per policy did ------
+
+// A packet as the chain sees it.
+struct TestPacket {
+  esp::IpAddress source, destination;
+  uint8_t protocol = 17;
+  uint16_t source_port = 0, destination_port = 0;
+};
+
+// Does `packet` match the rule text `rule` (the subset of nft's syntax firewall_ruleset
+// writes)? Returns the verdict text after the matches, or "" when it does not match.
+std::string evaluate(const std::string& rule, const TestPacket& packet) {
+  std::istringstream in(rule);
+  std::string word;
+  const auto field_value = [&](const std::string& field) -> const esp::IpAddress& {
+    return field == "saddr" ? packet.source : packet.destination;
+  };
+  const auto in_prefix = [](const std::string& text, const esp::IpAddress& address) {
+    const auto prefix = esp::IpPrefix::parse(text);
+    EXPECT_TRUE(prefix.has_value()) << text;
+    return prefix && prefix->contains(address);
+  };
+  while (in >> word) {
+    if (word == "meta") {
+      std::string key, value;
+      in >> key >> value;
+      if (key == "nfproto" && (value == "ipv4") != (packet.source.family == 4)) return "";
+      if (key == "l4proto" && std::stoi(value) != packet.protocol) return "";
+    } else if (word == "th") {
+      std::string key, range;
+      in >> key >> range;
+      const uint16_t port = key == "sport" ? packet.source_port : packet.destination_port;
+      const size_t dash = range.find('-');
+      const int first = std::stoi(range.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+      if (port < first || port > last) return "";
+    } else if (word == "ip" || word == "ip6") {
+      std::vector<std::string> fields;
+      std::string field, next;
+      in >> field;
+      fields.push_back(field);
+      in >> next;
+      while (next == ".") {
+        in >> word >> field;
+        fields.push_back(field);
+        in >> next;
+      }
+      if (next != "{") {
+        if (!in_prefix(next, field_value(fields[0]))) return "";
+        continue;
+      }
+      // A set: elements separated by ", ", fields by " . ", up to "}".
+      bool any = false, element_matches = true;
+      size_t field_index = 0;
+      while (in >> word && word != "}") {
+        if (word == ".") continue;
+        const bool last_of_element = word.back() == ',';
+        if (last_of_element) word.pop_back();
+        element_matches = element_matches && in_prefix(word, field_value(fields[field_index]));
+        if (++field_index == fields.size()) {
+          any = any || element_matches;
+          element_matches = true;
+          field_index = 0;
+        }
+      }
+      if (!any) return "";
+    } else {
+      std::string verdict = word;
+      while (in >> word) verdict += " " + word;
+      return verdict;
+    }
+  }
+  return "end of rule without a verdict";
+}
+
+// The first verdict of `rules` for `packet`, "continue" when none matches.
+std::string decide(const std::vector<std::string>& rules, const TestPacket& packet) {
+  for (const auto& rule : rules) {
+    const std::string verdict = evaluate(rule, packet);
+    if (!verdict.empty()) return verdict;
+  }
+  return "continue";
+}
+
+TEST(KernelFirewall, SharedRulesDecideAsOneRulePerPolicy) {
+  std::mt19937 random(23);
+  const std::vector<std::string> sides4 = {"10.1.0.0/16", "10.1.5.0/24", "10.1.5.7/32",
+                                           "10.2.0.0/16", "10.2.0.1/32", "10.2.0.2/32",
+                                           "10.2.0.0/31", "10.3.0.1/32", "0.0.0.0/0"};
+  const std::vector<std::string> sides6 = {"fd00:1::/64", "fd00:1::5/128", "fd00:2::/64",
+                                           "fd00:2::1/128", "::/0"};
+  const PolicyAction actions[] = {PolicyAction::protect, PolicyAction::bypass,
+                                  PolicyAction::discard};
+  const auto pick = [&](const std::vector<std::string>& from) {
+    return from[random() % from.size()];
+  };
+  for (int round = 0; round < 300; ++round) {
+    std::vector<Policy> policies;
+    const int count = 1 + static_cast<int>(random() % 40);
+    for (int i = 0; i < count; ++i) {
+      const bool v4 = random() % 4 != 0;
+      // Mostly protect, so that runs form.
+      const PolicyAction action = random() % 3 == 0 ? actions[random() % 3] : actions[0];
+      Policy p = policy(static_cast<uint32_t>(i), Direction::fwd,
+                        (v4 ? pick(sides4) : pick(sides6)).c_str(),
+                        (v4 ? pick(sides4) : pick(sides6)).c_str(), action);
+      if (random() % 8 == 0) {
+        p.selector.protocol = 17;
+        p.selector.local_ports = {53, 53};
+      }
+      policies.push_back(p);
+    }
+    std::vector<std::string> one_per_policy;
+    for (const auto& p : policies)
+      one_per_policy.push_back(firewall_match(p) + " " +
+                               (p.action == PolicyAction::protect  ? "goto from_tunnel_only"
+                                : p.action == PolicyAction::bypass ? "accept"
+                                                                   : "counter drop"));
+    const std::vector<std::string> shared = forward_rules(firewall_ruleset(spec_of(policies)));
+    for (int probe = 0; probe < 200; ++probe) {
+      const bool v4 = random() % 4 != 0;
+      // Addresses from the prefixes' own and neighbouring hosts.
+      const auto host = [&](const std::vector<std::string>& from) {
+        esp::IpAddress address = prefix(pick(from).c_str()).address;
+        address.bytes[address.family == 4 ? 3 : 15] ^= static_cast<uint8_t>(random() % 4);
+        return address;
+      };
+      TestPacket packet;
+      packet.source = host(v4 ? sides4 : sides6);
+      packet.destination = host(v4 ? sides4 : sides6);
+      packet.protocol = random() % 2 ? 17 : 6;
+      packet.source_port = static_cast<uint16_t>(random() % 2 ? 53 : 1000);
+      packet.destination_port = static_cast<uint16_t>(random() % 2 ? 53 : 1000);
+      ASSERT_EQ(decide(shared, packet), decide(one_per_policy, packet))
+          << "round " << round << ", " << packet.source.to_string() << " -> "
+          << packet.destination.to_string();
+    }
+  }
 }
 
 TEST(KernelFirewall, TableNamesAndInterfaceNames) {
