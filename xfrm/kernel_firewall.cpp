@@ -37,10 +37,10 @@ std::string verdict(const Policy& policy) {
   return "counter drop";
 }
 
-// One rule as today's one-rule-per-policy table has it, and how it may join its neighbours:
-// rules that match addresses only and whose remaining text (`head`, naming the address
-// fields, and `tail`, the rest of the rule) is the same can share one rule that matches
-// the union of their addresses through an anonymous set, `head { e1, e2, ... } tail`.
+// One policy's (or fail-closed prefix's) rule on its own, and how it may join its
+// neighbours: rules that match addresses only and whose remaining text (`head`, naming the
+// family and the address fields, and `tail`, the rest of the rule) is the same can share
+// one rule that matches the union of their addresses through an anonymous set.
 struct RuleText {
   std::string single;                    // the rule on its own
   bool joinable = false;                 // addresses only
@@ -133,7 +133,7 @@ class PrefixOverlapSet {
 
 // Writes `rules` in order, joining each run of consecutive joinable rules with the same
 // head and tail into one. The first matching rule decides, so this changes no verdict: a
-// packet that matches the joined rule matched one of its rules, the first of which had the
+// packet that matches the joined rule matched one of its rules, all of which have the
 // same tail, and a packet that matches none goes on to the next rule as before. A set of
 // concatenated ranges refuses overlapping elements, so a rule that may overlap one already
 // in the run starts a new run instead: one whose every field overlaps that field of some
