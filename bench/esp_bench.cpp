@@ -7,9 +7,9 @@
 //   raw/<alg>/encrypt/<size>    the direct ipsec-mb AEAD calls, in place, on a buffer the
 //                               size of the ESP payload espgw encrypts (inner + padding +
 //                               2-byte trailer), 8-byte AAD, 12-byte nonce, 16-byte tag.
-//   espgw/<alg>/encap/<size>    esp::encapsulate(sa, buffer, OuterHeaders::omit).
+//   espgw/<alg>/encap/<size>    test::encapsulate(sa, buffer, OuterHeaders::omit).
 //   raw/<alg>/decrypt/<size>    the direct calls plus a 16-byte memcmp of the tag.
-//   espgw/<alg>/decap/<size>    esp::decapsulate(table, engine_counters, buffer).
+//   espgw/<alg>/decap/<size>    test::decapsulate(table, engine_counters, buffer).
 //   raw/<alg>/roundtrip/<size>  encrypt then decrypt and compare the tag, in place.
 //   espgw/<alg>/roundtrip/<size> encapsulate then decapsulate the same buffer, in place.
 // Every benchmark reports real time, bytes_per_second over the inner packet bytes, and
@@ -44,17 +44,20 @@
 #include "esp/drop_reason.h"
 #include "esp/encap.h"
 #include "esp/esp_format.h"
-#include "esp/inbound_sa_table.h"
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
+#include "packet/ip_format.h"
 #include "raw_ipsec_mb.h"
+#include "support/sequential_esp.h"
 #include "util/byte_order.h"
 
 namespace {
 
 using espgw::crypto::AeadAlgorithm;
 namespace esp = espgw::esp;
+namespace packet = espgw::packet;
+namespace test = espgw::test;
 namespace crypto = espgw::crypto;
 
 constexpr size_t kSizes[] = {64, 1400, 8192};
@@ -284,16 +287,16 @@ void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
   const std::vector<uint8_t> packet = make_inner_packet(inner);
   esp::PacketBuffer buffer(kCapacity);
   buffer.assign(packet);
-  if (esp::encapsulate(sa, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
+  if (test::encapsulate(sa, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
     state.SkipWithError("encapsulate failed");
     return;
   }
   if (!check_encapsulated(state, buffer, inner)) return;
   buffer.narrow(kEspPrefix, inner);
-  std::memcpy(buffer.data(), packet.data(), esp::kIpv4HeaderLength);
+  std::memcpy(buffer.data(), packet.data(), packet::kIpv4HeaderLength);
 
   for (auto _ : state) {
-    if (esp::encapsulate(sa, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
+    if (test::encapsulate(sa, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
       state.SkipWithError("encapsulate failed");
       break;
     }
@@ -306,7 +309,7 @@ void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
     // cheaper than PauseTiming/ResumeTiming, which read the clocks (a CPU-time clock read
     // is a system call, hundreds of ns). It is at most ~1% of the 64-byte figure.
     buffer.narrow(kEspPrefix, inner);
-    std::memcpy(buffer.data(), packet.data(), esp::kIpv4HeaderLength);
+    std::memcpy(buffer.data(), packet.data(), packet::kIpv4HeaderLength);
   }
   finish(state, inner);
 }
@@ -314,7 +317,7 @@ void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
 void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner) {
   const esp::SaConfig config = make_config(algorithm);
   esp::OutboundSa outbound(config, crypto::ipsec_mb_backend());
-  esp::InboundSaTable table;
+  test::InboundSaTable table;
   table.add(std::make_shared<esp::InboundSa>(config, crypto::ipsec_mb_backend()));
   esp::EngineCounters engine;
   const std::vector<uint8_t> packet = make_inner_packet(inner);
@@ -340,7 +343,7 @@ void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
   }
   auto refill = [&] {
     for (esp::PacketBuffer& buffer : ring)
-      if (esp::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none)
+      if (test::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none)
         return false;
     return true;
   };
@@ -363,7 +366,7 @@ void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
       }
     }
     esp::PacketBuffer& buffer = ring[next++];
-    if (esp::decapsulate(table, engine, buffer) != esp::DropReason::none ||
+    if (test::decapsulate(table, engine, buffer) != esp::DropReason::none ||
         buffer.size() != inner) {
       state.SkipWithError("decapsulate failed");
       break;
@@ -376,26 +379,26 @@ void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
 void espgw_roundtrip(benchmark::State& state, AeadAlgorithm algorithm, size_t inner) {
   const esp::SaConfig config = make_config(algorithm);
   esp::OutboundSa outbound(config, crypto::ipsec_mb_backend());
-  esp::InboundSaTable table;
+  test::InboundSaTable table;
   table.add(std::make_shared<esp::InboundSa>(config, crypto::ipsec_mb_backend()));
   esp::EngineCounters engine;
   const std::vector<uint8_t> packet = make_inner_packet(inner);
   esp::PacketBuffer buffer(kCapacity);
   buffer.assign(packet);
-  if (esp::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
+  if (test::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none) {
     state.SkipWithError("encapsulate failed");
     return;
   }
   if (!check_encapsulated(state, buffer, inner)) return;
-  if (esp::decapsulate(table, engine, buffer) != esp::DropReason::none || buffer.size() != inner ||
+  if (test::decapsulate(table, engine, buffer) != esp::DropReason::none || buffer.size() != inner ||
       std::memcmp(buffer.data(), packet.data(), inner) != 0) {
     state.SkipWithError("round trip does not restore the inner packet");
     return;
   }
   // Decapsulation narrows the view back to the (decrypted) inner packet, so no restore.
   for (auto _ : state) {
-    if (esp::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none ||
-        esp::decapsulate(table, engine, buffer) != esp::DropReason::none) {
+    if (test::encapsulate(outbound, buffer, esp::OuterHeaders::omit) != esp::DropReason::none ||
+        test::decapsulate(table, engine, buffer) != esp::DropReason::none) {
       state.SkipWithError("round trip failed");
       break;
     }

@@ -3,8 +3,9 @@
 //
 //   feeder (the benchmark thread)
 //     acquire a Packet (nullptr = backpressure: yield and retry), copy a 1400-byte inner
-//     IPv4/UDP packet in, classify it (SaGroup::pick_for_packet: flow_hash when the group
-//     has a choice), write a per-SA counter into the UDP payload,
+//     IPv4/UDP packet in, classify it as the gateway does (packet::flow_key, then
+//     SaGroup::pick_for_packet: flow_hash of the key when the group has a choice), write a
+//     per-SA counter into the UDP payload,
 //     Pipeline::submit_outbound(channel, packet, OuterHeaders::omit)
 //   workers seal, the SA's OrderedRelease hands ESP packets in order to the LoopbackSink
 //   LoopbackSink::deliver (on a worker)

@@ -100,7 +100,7 @@ void handoff_round_trip(benchmark::State& state) {
 // The floor under the pipeline cases: the same ESP work with no pipeline at all.
 
 // One thread, per packet: copy the inner packet into a buffer (the feeder's copy), encap
-// with the engine (esp::encapsulate: sequence number, ESP framing, seal), copy the ESP
+// with the engine (test::encapsulate: sequence number, ESP framing, seal), copy the ESP
 // packet into a second buffer (the loopback's copy), decap (SPI lookup, replay check,
 // open, commit, trailer, selectors). The SAs are taken in turn (with 64, each packet has
 // another SA than the one before, as in the ECMP case), and buffers rotate over one
@@ -110,7 +110,7 @@ void handoff_round_trip(benchmark::State& state) {
 // built on this engine can reach in this benchmark.
 void engine_floor(benchmark::State& state, uint32_t sas) {
   std::vector<std::unique_ptr<esp::OutboundSa>> outbound;
-  esp::InboundSaTable inbound;
+  test::InboundSaTable inbound;
   for (uint32_t i = 0; i < sas; ++i) {
     const esp::SaConfig config = make_config(i);
     outbound.push_back(std::make_unique<esp::OutboundSa>(config, crypto::ipsec_mb_backend()));
@@ -131,14 +131,14 @@ void engine_floor(benchmark::State& state, uint32_t sas) {
     esp::PacketBuffer& in = received[next_buffer];
     next_buffer = next_buffer + 1 == kBuffers ? 0 : next_buffer + 1;
     out.assign(inner);
-    if (esp::encapsulate(*outbound[next_sa], out, esp::OuterHeaders::omit) !=
+    if (test::encapsulate(*outbound[next_sa], out, esp::OuterHeaders::omit) !=
         esp::DropReason::none) {
       state.SkipWithError("engine floor: encapsulate failed");
       break;
     }
     next_sa = next_sa + 1 == sas ? 0 : next_sa + 1;
     in.assign(out.bytes());
-    if (esp::decapsulate(inbound, engine, in) != esp::DropReason::none || in.size() != kInner) {
+    if (test::decapsulate(inbound, engine, in) != esp::DropReason::none || in.size() != kInner) {
       state.SkipWithError("engine floor: decapsulate failed");
       break;
     }

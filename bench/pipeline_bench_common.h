@@ -36,10 +36,11 @@
 #include "esp/drop_reason.h"
 #include "esp/encap.h"
 #include "esp/esp_format.h"
-#include "esp/inbound_sa_table.h"
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
+#include "packet/flow_key.h"
+#include "packet/ip_format.h"
 #include "pipeline/channels.h"
 #include "pipeline/ordered_release.h"
 #include "pipeline/packet.h"
@@ -47,6 +48,7 @@
 #include "pipeline/reorder_buffer.h"
 #include "pipeline/sa_group.h"
 #include "raw_ipsec_mb.h"
+#include "support/sequential_esp.h"
 #include "timed_crypto.h"
 #include "util/byte_order.h"
 #include "util/clock.h"
@@ -54,6 +56,8 @@
 namespace pipeline_benchmark {
 
 namespace esp = espgw::esp;
+namespace packet = espgw::packet;
+namespace test = espgw::test;
 namespace crypto = espgw::crypto;
 namespace pl = espgw::pipeline;
 
@@ -64,7 +68,7 @@ inline constexpr uint64_t kFlowSeed = 0x5eed5eed12345678ull;
 inline constexpr size_t kTagLength = 16;
 inline constexpr size_t kAadLength = 8;
 // UDP payload offset in the inner packet: where the per-SA marker goes.
-inline constexpr size_t kMarkerOffset = esp::kIpv4HeaderLength + esp::kUdpHeaderLength;
+inline constexpr size_t kMarkerOffset = packet::kIpv4HeaderLength + packet::kUdpHeaderLength;
 inline constexpr uint16_t kSourcePortBase = 10000;
 inline constexpr auto kDrainTimeout = std::chrono::seconds(10);
 
@@ -100,7 +104,7 @@ inline constexpr size_t esp_payload_length(size_t inner) {
 
 inline uint16_t ipv4_checksum(const uint8_t* header) {
   uint32_t sum = 0;
-  for (size_t i = 0; i < esp::kIpv4HeaderLength; i += 2) sum += espgw::load_be16(header + i);
+  for (size_t i = 0; i < packet::kIpv4HeaderLength; i += 2) sum += espgw::load_be16(header + i);
   while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
 }
@@ -116,7 +120,7 @@ inline std::vector<uint8_t> make_inner_packet() {
   espgw::store_be16(&p[4], 1);
   espgw::store_be16(&p[6], 0x4000);  // DF
   p[8] = 64;
-  p[9] = esp::kProtocolUdp;
+  p[9] = packet::kProtocolUdp;
   espgw::store_be16(&p[10], 0);
   const uint8_t source[] = {10, 1, 0, 1}, destination[] = {10, 2, 0, 1};
   std::memcpy(&p[12], source, 4);
@@ -124,7 +128,7 @@ inline std::vector<uint8_t> make_inner_packet() {
   espgw::store_be16(&p[10], ipv4_checksum(p.data()));
   espgw::store_be16(&p[20], kSourcePortBase);
   espgw::store_be16(&p[22], 5201);
-  espgw::store_be16(&p[24], static_cast<uint16_t>(kInner - esp::kIpv4HeaderLength));
+  espgw::store_be16(&p[24], static_cast<uint16_t>(kInner - packet::kIpv4HeaderLength));
   espgw::store_be16(&p[26], 0);  // no UDP checksum
   return p;
 }

@@ -308,9 +308,10 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
           data + 20,
           static_cast<uint16_t>(kSourcePortBase + feeder.index * flows_per_feeder + feeder.flow));
       feeder.flow = feeder.flow + 1 == flows_per_feeder ? 0 : feeder.flow + 1;
-      // As the gateway classifies: the flow hash is computed when the group has a choice.
-      pl::OutboundChannel* channel =
-          group_of(feeder.index).pick_for_packet(packet->buffer.bytes(), kFlowSeed);
+      // As the gateway classifies: the flow key (which it looks the policy up by), then the
+      // flow hash of that key when the group has a choice.
+      const auto flow = packet::flow_key(packet->buffer.bytes());
+      pl::OutboundChannel* channel = group_of(feeder.index).pick_for_packet(*flow, kFlowSeed);
       // Per-SA backpressure: wait rather than have the packet dropped as queue-full (with
       // several feeders one may still be; it is counted like any drop).
       if (channel->in_flight() >= channel->max_in_flight()) {

@@ -25,8 +25,8 @@
 namespace {
 
 namespace esp = espgw::esp;
+using espgw::packet::FlowKey;
 using espgw::xfrm::Direction;
-using espgw::xfrm::FlowKey;
 using espgw::xfrm::Policy;
 
 constexpr size_t kTunnels[] = {1, 100, 1000, 10000};

@@ -22,11 +22,10 @@
 #include "io/offload.h"
 #include "io/queue_delay_gate.h"
 #include "io/receive_steering.h"
-#include "util/byte_order.h"
+#include "packet/flow_key.h"
 #include "util/clock.h"
 #include "util/secure_wipe.h"
 #include "util/thread_name.h"
-#include "xfrm/flow_key.h"
 #include "xfrm/key_fingerprint.h"
 #include "xfrm/lifetime.h"
 
@@ -995,7 +994,7 @@ void Gateway::stop() {
 }
 
 void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwarding) {
-  const auto key = xfrm::flow_key(packet->buffer.bytes());
+  const auto key = packet::flow_key(packet->buffer.bytes());
   if (!key) {
     counters_.not_ip.fetch_add(1, std::memory_order_relaxed);
     pipeline_->release(packet);
@@ -1018,7 +1017,7 @@ void Gateway::handle_outbound(pipeline::Packet* packet, const Forwarding& forwar
   pipeline::OutboundChannel* channel = nullptr;
   pipeline::SaGroup::Superseded superseded;
   if (group != forwarding.groups.end())
-    channel = group->second->pick_for_packet(packet->buffer.bytes(), flow_seed_, &superseded);
+    channel = group->second->pick_for_packet(*key, flow_seed_, &superseded);
   // The group changed since this reader's last packet to it (a CHILD_SA rekeyed, added or
   // deleted): a flow may now take another SA than its packets still in flight, so those
   // leave first. A TUN queue carries each flow, so this reader's packets are the ones
@@ -1148,12 +1147,13 @@ void Gateway::wan_reader(io::WanSocket* socket, std::string name) {
               ? now_real - arrival
               : 0;
       if (socket->kind() == io::WanKind::udp) {
-        if (buffer.size() == 1 && buffer.data()[0] == 0xFF) {  // RFC 3948 NAT keepalive
+        const esp::WireKind kind = esp::udp_payload_kind(buffer.bytes());
+        if (kind == esp::WireKind::nat_keepalive) {
           pipeline_->engine_counters().count(esp::DropReason::nat_keepalive);
           pipeline_->release(packet);
           continue;
         }
-        if (buffer.size() >= 4 && load_be32(buffer.data()) == 0) {  // non-ESP marker: IKE
+        if (kind == esp::WireKind::ike) {
           // charon's receiver strips the marker itself, as it does for socket-default.
           deliver_ike(buffer.bytes(), datagrams[i].peer, config_.udp_port);
           pipeline_->release(packet);

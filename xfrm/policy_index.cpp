@@ -91,7 +91,8 @@ PolicyIndex::BucketKey PolicyIndex::bucket_of(const Shape& shape, const Selector
   return key;
 }
 
-bool PolicyIndex::bucket_for_flow(const Shape& shape, const FlowKey& oriented, BucketKey& key) {
+bool PolicyIndex::bucket_for_flow(const Shape& shape, const packet::FlowKey& oriented,
+                                  BucketKey& key) {
   const ShapeKey& s = shape.key;
   // IpPrefix::contains never matches another family.
   if (oriented.source.family != s.local_family || oriented.destination.family != s.remote_family)
@@ -171,7 +172,7 @@ bool PolicyIndex::remove(uint32_t id) {
   return true;
 }
 
-const Policy* PolicyIndex::find(Direction direction, const FlowKey& oriented) const {
+const Policy* PolicyIndex::find(Direction direction, const packet::FlowKey& oriented) const {
   const auto index = static_cast<size_t>(direction);
   if (index >= kDirections) return nullptr;
   const Entry* best = nullptr;

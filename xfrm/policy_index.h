@@ -17,8 +17,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "packet/flow_key.h"
 #include "xfrm/direction.h"
-#include "xfrm/flow_key.h"
 #include "xfrm/policy.h"
 
 namespace espgw::xfrm {
@@ -46,7 +46,7 @@ class PolicyIndex {
   bool remove(uint32_t id);
   // The winning policy for `oriented` (local -> remote, as Selector::matches takes it), or
   // nullptr. Valid until the next add or remove.
-  const Policy* find(Direction direction, const FlowKey& oriented) const;
+  const Policy* find(Direction direction, const packet::FlowKey& oriented) const;
   // Every policy, direction by direction (out, in, fwd), each in lookup order.
   std::vector<Policy> list() const;
   size_t size() const { return entries_.size(); }
@@ -117,7 +117,7 @@ class PolicyIndex {
     return bucket_of(*entry.shape, entry.policy.selector);
   }
   // The bucket of `shape` a flow falls into; false if no policy of the shape can match it.
-  static bool bucket_for_flow(const Shape& shape, const FlowKey& oriented, BucketKey& key);
+  static bool bucket_for_flow(const Shape& shape, const packet::FlowKey& oriented, BucketKey& key);
   void sort_shapes(size_t direction);
 
   // Entries live in the map's nodes, which never move: buckets point at them.

@@ -2,7 +2,7 @@
 
 namespace espgw::xfrm {
 
-bool Selector::matches(const FlowKey& key) const {
+bool Selector::matches(const packet::FlowKey& key) const {
   if (!local.contains(key.source) || !remote.contains(key.destination)) return false;
   if (protocol != 0 && protocol != key.protocol) return false;
   if (!local_ports.is_any() && !(key.ports_known && local_ports.contains(key.source_port)))

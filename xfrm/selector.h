@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "esp/ip_address.h"
-#include "xfrm/flow_key.h"
+#include "packet/flow_key.h"
 
 namespace espgw::xfrm {
 
@@ -33,7 +33,7 @@ struct Selector {
   // `key` oriented local -> remote, i.e. as an outbound packet carries it; for a packet
   // arriving from the tunnel pass key.reversed(). Local and remote must be one family:
   // an IPv4 selector never matches an IPv6 packet.
-  bool matches(const FlowKey& key) const;
+  bool matches(const packet::FlowKey& key) const;
 
   // Orders selectors that match the same packet: longer prefixes (local + remote bits)
   // first; with equal prefixes, a fixed protocol and fixed port ranges count.

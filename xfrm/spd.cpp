@@ -33,7 +33,7 @@ bool Spd::remove(uint32_t id) {
   return true;
 }
 
-std::optional<Policy> Spd::lookup(Direction direction, const FlowKey& key) const {
+std::optional<Policy> Spd::lookup(Direction direction, const packet::FlowKey& key) const {
   if (static_cast<size_t>(direction) > static_cast<size_t>(Direction::fwd)) return std::nullopt;
   SpdFlowCache& cache = SpdFlowCache::local();
   // A lookup that overlaps a change may still take the answer from before it; one that

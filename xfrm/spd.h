@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
+#include "packet/flow_key.h"
 #include "xfrm/direction.h"
-#include "xfrm/flow_key.h"
 #include "xfrm/policy.h"
 #include "xfrm/policy_index.h"
 #include "xfrm/selector.h"
@@ -36,7 +36,7 @@ class Spd {
   // and fwd the source is the remote side). The winner has the lowest priority value;
   // among equal priorities the more specific selector (Selector::specificity), then the
   // one added first. nullopt when nothing matches.
-  std::optional<Policy> lookup(Direction direction, const FlowKey& key) const;
+  std::optional<Policy> lookup(Direction direction, const packet::FlowKey& key) const;
 
   // Every policy, direction by direction (out, in, fwd), each in the order lookup tries them.
   std::vector<Policy> list() const;

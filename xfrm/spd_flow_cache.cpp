@@ -9,7 +9,7 @@ SpdFlowCache& SpdFlowCache::local() {
   return cache;
 }
 
-size_t SpdFlowCache::slot_of(Direction direction, const FlowKey& key) {
+size_t SpdFlowCache::slot_of(Direction direction, const packet::FlowKey& key) {
   // Word by word, each folded in with a multiply: the table is small, any fair spread
   // will do. IPv4 addresses leave their last 12 bytes zero.
   uint64_t words[4];
@@ -25,14 +25,14 @@ size_t SpdFlowCache::slot_of(Direction direction, const FlowKey& key) {
 }
 
 const std::optional<Policy>* SpdFlowCache::find(uint64_t generation, Direction direction,
-                                                const FlowKey& key) const {
+                                                const packet::FlowKey& key) const {
   const Slot& slot = slots_[slot_of(direction, key)];
   if (slot.generation != generation || slot.direction != direction || !(slot.key == key))
     return nullptr;
   return &slot.answer;
 }
 
-void SpdFlowCache::store(uint64_t generation, Direction direction, const FlowKey& key,
+void SpdFlowCache::store(uint64_t generation, Direction direction, const packet::FlowKey& key,
                          const std::optional<Policy>& answer) {
   Slot& slot = slots_[slot_of(direction, key)];
   slot.generation = generation;

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "packet/flow_key.h"
 #include "xfrm/direction.h"
-#include "xfrm/flow_key.h"
 #include "xfrm/policy.h"
 
 namespace espgw::xfrm {
@@ -26,19 +26,19 @@ class SpdFlowCache {
   // The answer stored for (generation, direction, key), or nullptr on a miss; an answer
   // is nullopt when no policy matches the flow.
   const std::optional<Policy>* find(uint64_t generation, Direction direction,
-                                    const FlowKey& key) const;
-  void store(uint64_t generation, Direction direction, const FlowKey& key,
+                                    const packet::FlowKey& key) const;
+  void store(uint64_t generation, Direction direction, const packet::FlowKey& key,
              const std::optional<Policy>& answer);
 
  private:
   static constexpr size_t kSlots = 256;  // a power of two; about 30 KiB per thread
   struct Slot {
     uint64_t generation = 0;  // 0: empty (generations count from 1)
-    FlowKey key;
+    packet::FlowKey key;
     Direction direction = Direction::out;
     std::optional<Policy> answer;
   };
-  static size_t slot_of(Direction direction, const FlowKey& key);
+  static size_t slot_of(Direction direction, const packet::FlowKey& key);
 
   std::array<Slot, kSlots> slots_{};
 };

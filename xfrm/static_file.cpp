@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "crypto/aead.h"
+#include "packet/ip_format.h"
 #include "util/hex.h"
 #include "util/secure_wipe.h"
 #include "xfrm/key_fingerprint.h"
@@ -357,8 +358,7 @@ Policy parse_policy(Words& words) {
   const Selector& s = policy.selector;
   if (s.local.address.family != s.remote.address.family)
     fail("policy: local and remote are of different address families");
-  if ((!s.local_ports.is_any() || !s.remote_ports.is_any()) &&
-      !keywords::protocol_has_ports(s.protocol))
+  if ((!s.local_ports.is_any() || !s.remote_ports.is_any()) && !packet::has_ports(s.protocol))
     fail("policy: ports need proto tcp, udp, sctp or udplite");
   if (policy.action == PolicyAction::protect && !have_reqid)
     fail("policy: action protect needs a reqid (the SAs to use)");

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "packet/ip_format.h"
+
 namespace espgw::xfrm::keywords {
 
 struct ProtocolName {
@@ -17,16 +19,16 @@ struct ProtocolName {
 // The first name of each number is the one the writer prints.
 inline constexpr std::array<ProtocolName, 11> kProtocols{{
     {"any", 0},
-    {"icmp", 1},
-    {"tcp", 6},
-    {"udp", 17},
-    {"gre", 47},
-    {"esp", 50},
-    {"ah", 51},
-    {"icmpv6", 58},
-    {"ipv6-icmp", 58},
-    {"sctp", 132},
-    {"udplite", 136},
+    {"icmp", packet::kProtocolIcmp},
+    {"tcp", packet::kProtocolTcp},
+    {"udp", packet::kProtocolUdp},
+    {"gre", packet::kProtocolGre},
+    {"esp", packet::kProtocolEsp},
+    {"ah", packet::kProtocolAh},
+    {"icmpv6", packet::kProtocolIcmpv6},
+    {"ipv6-icmp", packet::kProtocolIcmpv6},
+    {"sctp", packet::kProtocolSctp},
+    {"udplite", packet::kProtocolUdpLite},
 }};
 
 inline std::optional<uint8_t> protocol_number(std::string_view name) {
@@ -39,11 +41,6 @@ inline std::string_view protocol_name(uint8_t number) {
   for (const auto& p : kProtocols)
     if (p.number == number) return p.name;
   return {};
-}
-
-// The protocols whose selectors may name ports (the ones FlowKey reads ports from).
-inline bool protocol_has_ports(uint8_t number) {
-  return number == 6 || number == 17 || number == 132 || number == 136;
 }
 
 }  // namespace espgw::xfrm::keywords

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "packet/ip_format.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
@@ -132,7 +133,7 @@ uint16_t udp6_checksum(const uint8_t* source, const uint8_t* destination, const 
                        size_t udp_length) {
   uint8_t pseudo[8] = {};
   store_be32(pseudo, static_cast<uint32_t>(udp_length));
-  pseudo[7] = 17;  // next header: UDP
+  pseudo[7] = packet::kProtocolUdp;  // next header
   uint32_t sum = checksum_add(0, source, 16);
   sum = checksum_add(sum, destination, 16);
   sum = checksum_add(sum, pseudo, sizeof pseudo);

@@ -3,9 +3,24 @@
 #include <algorithm>
 
 #include "esp/esp_format.h"
+#include "packet/header_chain.h"
+#include "packet/ip_format.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
+
+using packet::kIpv4HeaderLength;
+using packet::kIpv6HeaderLength;
+using packet::kPortsLength;
+using packet::kProtocolIcmp;
+using packet::kProtocolIcmpv6;
+using packet::kProtocolIpv4;
+using packet::kProtocolIpv6;
+using packet::kProtocolNoNext;
+using packet::kProtocolSctp;
+using packet::kProtocolTcp;
+using packet::kProtocolUdp;
+using packet::kProtocolUdpLite;
 
 namespace {
 
@@ -48,58 +63,40 @@ DropReason inner_length(const uint8_t* p, size_t available, uint8_t next_header,
   return DropReason::none;
 }
 
-// Longer chains are legal but unheard of; a packet whose chain goes on longer only
-// matches selectors of any protocol.
-constexpr int kMaxExtensionHeaders = 8;
+// The walk the selector check makes over an inner IPv6 header chain: AH is stepped over to
+// the protocol it protects. Longer chains are legal but unheard of; a packet whose chain
+// goes on longer only matches selectors of any protocol.
+constexpr packet::ChainRules kSelectorChainRules{.step_over_ah = true, .max_extension_headers = 8};
 
 // The next-layer protocol and ports of an inner packet of `length` bytes (its IP header
 // already checked by inner_length), for selectors that name them.
 void read_transport(const uint8_t* p, size_t length, InnerFlow& flow) {
-  size_t offset;
-  uint8_t protocol;
-  if (p[0] >> 4 == 4) {
-    offset = (size_t{p[0]} & 0x0F) * 4;
-    protocol = p[9];
-    flow.protocol = protocol;
-    flow.protocol_known = true;
-    // A non-first fragment carries no transport header (RFC 4301 4.4.1.1).
-    if ((load_be16(p + 6) & 0x1FFF) != 0) return;
-  } else {
-    offset = kIpv6HeaderLength;
-    protocol = p[6];
-    for (int i = 0;; ++i) {
-      if (protocol != kProtocolIpv6HopByHop && protocol != kProtocolIpv6Routing &&
-          protocol != kProtocolIpv6DestinationOptions && protocol != kProtocolIpv6Fragment &&
-          protocol != kProtocolAh)
-        break;
-      if (i == kMaxExtensionHeaders || offset + 8 > length) return;  // protocol unknown
-      const uint8_t next = p[offset];
-      if (protocol == kProtocolIpv6Fragment) {
-        if ((load_be16(p + offset + 2) & 0xFFF8) != 0) {  // non-first: no ports
-          flow.protocol = next;
-          flow.protocol_known = true;
-          return;
-        }
-        offset += 8;
-      } else if (protocol == kProtocolAh) {
-        offset += (size_t{p[offset + 1]} + 2) * 4;  // RFC 4302 2.2: in 32-bit words
-      } else {
-        offset += (size_t{p[offset + 1]} + 1) * 8;
-      }
-      protocol = next;
-    }
-    flow.protocol = protocol;
-    flow.protocol_known = true;
+  const packet::HeaderChain chain = packet::walk_header_chain({p, length}, kSelectorChainRules);
+  switch (chain.end) {
+    case packet::ChainEnd::upper_layer:
+      break;
+    case packet::ChainEnd::fragment_payload:
+      // A non-first fragment carries no transport header (RFC 4301 4.4.1.1).
+      flow.protocol = chain.protocol;
+      flow.protocol_known = true;
+      return;
+    case packet::ChainEnd::not_ip:
+    case packet::ChainEnd::truncated:
+    case packet::ChainEnd::too_many_headers:
+      return;  // protocol unknown
   }
-  if (offset > length) return;
-  const uint8_t* transport = p + offset;
-  const size_t available = length - offset;
-  switch (protocol) {
+  flow.protocol = chain.protocol;
+  flow.protocol_known = true;
+  // An extension header that claims more than the packet holds leaves no transport header.
+  if (chain.offset > length) return;
+  const uint8_t* transport = p + chain.offset;
+  const size_t available = length - chain.offset;
+  switch (chain.protocol) {
     case kProtocolTcp:
     case kProtocolUdp:
     case kProtocolSctp:
     case kProtocolUdpLite:
-      if (available < 4) return;
+      if (available < kPortsLength) return;
       flow.source_port = load_be16(transport);
       flow.destination_port = load_be16(transport + 2);
       flow.ports_known = true;
@@ -195,12 +192,6 @@ DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload
 
 }  // namespace
 
-DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet) {
-  FinishItem item{&prepared, &packet, DropReason::none, 0};
-  decap_finish_each(std::span<FinishItem>(&item, 1));
-  return item.reason;
-}
-
 void decap_finish_each(std::span<FinishItem> items) {
   if (items.empty()) return;
   InboundSa& sa = *items.front().prepared->sa;
@@ -235,26 +226,6 @@ void decap_finish_each(std::span<FinishItem> items) {
     else
       items[i].packet->narrow(0, items[i].inner_length);
   }
-}
-
-DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet) {
-  const auto spi = esp_spi(packet);
-  if (!spi) {
-    engine.count(DropReason::too_short);
-    return DropReason::too_short;
-  }
-  // The per-thread cache keeps the SA alive until this thread's next lookup, which is
-  // after finish() returns.
-  InboundSa* sa = table.find_cached(*spi);
-  if (!sa) {
-    engine.count(DropReason::no_sa);
-    return DropReason::no_sa;
-  }
-  PreparedDecap prepared;
-  DropReason reason = decap_check(*sa, packet, prepared);
-  if (reason == DropReason::none) reason = decap_open(prepared, packet);
-  if (reason == DropReason::none) reason = decap_finish(prepared, packet);
-  return reason;
 }
 
 }  // namespace espgw::esp

@@ -15,8 +15,8 @@
 #include "esp/counters.h"
 #include "esp/drop_reason.h"
 #include "esp/esp_format.h"
-#include "esp/inbound_sa_table.h"
 #include "esp/packet_buffer.h"
+#include "esp/security_association.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
@@ -39,11 +39,10 @@ inline std::optional<uint32_t> esp_spi(const PacketBuffer& packet) {
 DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared);
 // Verifies the ICV and decrypts in place. Safe to call concurrently.
 DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
-// Commits the sequence number, checks the trailer and the inner packet, and narrows
-// `packet` to the inner packet (TFC padding removed). Counts the result.
-DropReason decap_finish(const PreparedDecap& prepared, PacketBuffer& packet);
-// decap_finish for packets of one SA (every prepared.sa the same), with one acquisition
-// of the SA's replay-window lock for all of them. Fills in each item's reason.
+// Commits the sequence number, checks the trailer and the inner packet, and narrows each
+// packet to its inner packet (TFC padding removed), for packets of one SA (every
+// prepared.sa the same), with one acquisition of the SA's replay-window lock for all of
+// them. Fills in and counts each item's reason.
 struct FinishItem {
   const PreparedDecap* prepared;
   PacketBuffer* packet;
@@ -53,8 +52,5 @@ struct FinishItem {
   size_t inner_length;
 };
 void decap_finish_each(std::span<FinishItem> items);
-
-// All three steps on the calling thread.
-DropReason decapsulate(const InboundSaTable& table, EngineCounters& engine, PacketBuffer& packet);
 
 }  // namespace espgw::esp

@@ -1,9 +1,12 @@
 #include "esp/ecn.h"
 
-#include "esp/esp_format.h"
+#include "packet/ip_format.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
+
+using packet::kIpv4HeaderLength;
+using packet::kIpv6HeaderLength;
 
 namespace {
 constexpr uint8_t kEcnMask = 0x03;

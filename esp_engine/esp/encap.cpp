@@ -4,9 +4,18 @@
 
 #include "esp/checksum.h"
 #include "esp/esp_format.h"
+#include "packet/ip_format.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
+
+using packet::kIpv4HeaderLength;
+using packet::kIpv6HeaderLength;
+using packet::kProtocolEsp;
+using packet::kProtocolIpv4;
+using packet::kProtocolIpv6;
+using packet::kProtocolUdp;
+using packet::kUdpHeaderLength;
 
 namespace {
 
@@ -169,13 +178,6 @@ void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap&
     const size_t udp_length = packet.size() - kIpv6HeaderLength;
     store_be16(udp + 6, udp6_checksum(ip + 8, ip + 24, udp, udp_length));
   }
-}
-
-DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer) {
-  PreparedEncap prepared;
-  const DropReason reason = encap_prepare(sa, packet, outer, prepared);
-  if (reason == DropReason::none) encap_seal(sa, packet, prepared);
-  return reason;
 }
 
 }  // namespace espgw::esp

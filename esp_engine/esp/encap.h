@@ -38,10 +38,6 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 // Safe to call concurrently for different packets of one SA.
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
 
-// prepare + seal on the calling thread.
-DropReason encapsulate(OutboundSa& sa, PacketBuffer& packet,
-                       OuterHeaders outer = OuterHeaders::include);
-
 // Bytes of headroom and tailroom encapsulation needs.
 size_t encap_headroom(const SaConfig& config, OuterHeaders outer);
 size_t encap_tailroom();

@@ -8,16 +8,27 @@
 #include <optional>
 #include <span>
 
-#include "esp/counters.h"
-#include "esp/decap.h"
 #include "esp/drop_reason.h"
 #include "esp/ip_address.h"
-#include "esp/packet_buffer.h"
 #include "esp/security_association.h"
+#include "util/byte_order.h"
 
 namespace espgw::esp {
 
 enum class WireKind : uint8_t { esp, ike, nat_keepalive };
+
+// RFC 3948 2.2: IKE on the ESP-in-UDP port starts with 4 zero bytes where ESP has its SPI
+// (SPI 0 is never valid). RFC 3948 2.3: a NAT keepalive is the single byte 0xFF.
+inline constexpr size_t kNonEspMarkerLength = 4;
+inline constexpr uint8_t kNatKeepalive = 0xFF;
+
+// What a UDP datagram on the ESP-in-UDP port carries, from its payload alone. Inline: the
+// gateway's UDP readers ask for every datagram.
+inline WireKind udp_payload_kind(std::span<const uint8_t> payload) {
+  if (payload.size() == 1 && payload[0] == kNatKeepalive) return WireKind::nat_keepalive;
+  if (payload.size() >= kNonEspMarkerLength && load_be32(payload.data()) == 0) return WireKind::ike;
+  return WireKind::esp;
+}
 
 struct WireInfo {
   WireKind kind = WireKind::esp;
@@ -31,16 +42,5 @@ struct WireInfo {
 // Parses without modifying. Outer fragments are refused (the kernel reassembles before a
 // socket sees them; a raw capture may not). The UDP checksum is left to the kernel.
 DropReason parse_wire(std::span<const uint8_t> packet, WireInfo& info);
-
-struct WireDecapResult {
-  DropReason reason = DropReason::none;
-  WireKind kind = WireKind::esp;
-};
-
-// Parses the outer headers and, for ESP, decapsulates. On success `packet` holds the inner
-// packet (kind esp) or the IKE message (kind ike). Drops before an SA is known, keepalives
-// included, are counted on `engine`.
-WireDecapResult decapsulate_wire(const InboundSaTable& table, EngineCounters& engine,
-                                 PacketBuffer& packet, WireInfo* info = nullptr);
 
 }  // namespace espgw::esp

@@ -123,8 +123,8 @@ bool TcpCoalescer::try_merge(Item& item, std::span<const uint8_t> packet, size_t
     if (std::memcmp(first, p, 4) != 0 || first[7] != p[7]) return false;  // TC, label, hops
   } else {
     if (std::memcmp(first, p, 2) != 0 || std::memcmp(first + 6, p + 6, 3) != 0) return false;
-    if (std::memcmp(first + kIpv4MinHeader, p + kIpv4MinHeader,
-                    ip_header_length - kIpv4MinHeader) != 0)
+    if (std::memcmp(first + kIpv4HeaderLength, p + kIpv4HeaderLength,
+                    ip_header_length - kIpv4HeaderLength) != 0)
       return false;
     // Segmentation numbers ids first_id, first_id + 1, ...: only merge what it recreates.
     if (load_be16(p + 4) != static_cast<uint16_t>(load_be16(first + 4) + item.segments))
@@ -172,7 +172,7 @@ void TcpCoalescer::finish(Item& item) {
     if (gso_size < item.gso_size) ++stats_.resegmented;
   }
   if (item.ipv6) {
-    store_be16(p + 4, static_cast<uint16_t>(size - kIpv6Header));
+    store_be16(p + 4, static_cast<uint16_t>(size - kIpv6HeaderLength));
   } else {
     store_be16(p + 2, static_cast<uint16_t>(size));
     store_be16(p + 10, 0);

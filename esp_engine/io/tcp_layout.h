@@ -8,13 +8,15 @@
 
 #include "esp/checksum.h"
 #include "io/offload.h"
+#include "packet/ip_format.h"
 #include "util/byte_order.h"
 
 namespace espgw::io::tcp_layout {
 
-inline constexpr uint8_t kProtocolTcp = 6;
-inline constexpr size_t kIpv4MinHeader = 20;
-inline constexpr size_t kIpv6Header = 40;
+using packet::kIpv4HeaderLength;
+using packet::kIpv6HeaderLength;
+using packet::kProtocolTcp;
+
 inline constexpr size_t kTcpMinHeader = 20;
 inline constexpr size_t kTcpChecksumOffset = 16;
 inline constexpr size_t kTcpFlagsOffset = 13;
@@ -43,19 +45,19 @@ inline OffloadResult parse_tcp_layout(std::span<const uint8_t> packet, bool expe
                                       TcpLayout& layout) {
   const uint8_t* p = packet.data();
   const size_t size = packet.size();
-  if (size < kIpv4MinHeader) return OffloadResult::too_short;
+  if (size < kIpv4HeaderLength) return OffloadResult::too_short;
   const unsigned version = p[0] >> 4;
   if (version != (expect_ipv6 ? 6u : 4u)) return OffloadResult::bad_ip_header;
   layout.ipv6 = expect_ipv6;
   if (expect_ipv6) {
-    if (size < kIpv6Header) return OffloadResult::too_short;
+    if (size < kIpv6HeaderLength) return OffloadResult::too_short;
     // Walking extension headers would buy nothing here: Linux TCP does not add them.
     if (p[6] != kProtocolTcp) return OffloadResult::ipv6_extension_header;
-    if (kIpv6Header + load_be16(p + 4) != size) return OffloadResult::bad_length;
-    layout.ip_header_length = kIpv6Header;
+    if (kIpv6HeaderLength + load_be16(p + 4) != size) return OffloadResult::bad_length;
+    layout.ip_header_length = kIpv6HeaderLength;
   } else {
     layout.ip_header_length = size_t{p[0] & 0x0Fu} * 4;
-    if (layout.ip_header_length < kIpv4MinHeader) return OffloadResult::bad_ip_header;
+    if (layout.ip_header_length < kIpv4HeaderLength) return OffloadResult::bad_ip_header;
     if (size < layout.ip_header_length) return OffloadResult::too_short;
     if (p[9] != kProtocolTcp) return OffloadResult::bad_ip_header;
     if ((load_be16(p + 6) & 0x3FFF) != 0) return OffloadResult::bad_ip_header;  // MF/offset

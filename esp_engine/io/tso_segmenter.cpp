@@ -99,7 +99,7 @@ OffloadResult TsoSegmenter::split_tcp(const VnetHeader& header, std::span<const 
     const bool last = offset + chunk == payload;
     const size_t total = headers + chunk;
     if (ipv6) {
-      store_be16(out + 4, static_cast<uint16_t>(total - kIpv6Header));
+      store_be16(out + 4, static_cast<uint16_t>(total - kIpv6HeaderLength));
     } else {
       store_be16(out + 2, static_cast<uint16_t>(total));
       store_be16(out + 4, static_cast<uint16_t>(first_id + index));

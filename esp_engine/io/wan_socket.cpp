@@ -14,7 +14,7 @@
 #include <memory>
 #include <system_error>
 
-#include "esp/esp_format.h"
+#include "packet/ip_format.h"
 #include "util/clock.h"
 
 namespace espgw::io {
@@ -219,7 +219,8 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     if (kind_ == WanKind::raw_esp && family_ == AF_INET) {
       // Raw IPv4 sockets deliver the IP header too; IPv6 ones do not.
       const uint8_t* ip = d.buffer->data();
-      const size_t header = length >= esp::kIpv4HeaderLength ? (size_t{ip[0]} & 0x0F) * 4 : length;
+      const size_t header =
+          length >= packet::kIpv4HeaderLength ? (size_t{ip[0]} & 0x0F) * 4 : length;
       d.buffer->pull_front(std::min(header, length));
     }
   }

@@ -1,18 +1,18 @@
 // Flow identity for ECMP: which packets must stay on one SA so they keep their order.
 // TCP, UDP, SCTP and UDP-Lite hash their 5-tuple; fragments (whose later pieces carry no
 // ports) and every other protocol hash the address pair and protocol, so all pieces of
-// a datagram take the same SA.
+// a datagram take the same SA. The fields come from the packet's flow key, which the
+// caller has already extracted for the policy lookup.
 #pragma once
 
 #include <cstdint>
-#include <span>
+
+#include "packet/flow_key.h"
 
 namespace espgw::pipeline {
 
 // `seed` keeps the mapping unpredictable to outsiders (per-gateway random value).
-// Returns a hash for anything, including garbage: a packet that is not IP hashes its
-// first bytes, and the ESP layer will refuse it later with a counted reason.
-uint64_t flow_hash(std::span<const uint8_t> inner_packet, uint64_t seed);
+uint64_t flow_hash(const packet::FlowKey& key, uint64_t seed);
 
 // A strong 64-bit mixer (the SplitMix64 finaliser).
 inline uint64_t mix64(uint64_t x) {

@@ -31,7 +31,7 @@
 
 #include "esp/counters.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "esp/spi_table.h"
 #include "pipeline/channel_reclaimer.h"
 #include "pipeline/channels.h"
 #include "pipeline/mpmc_queue.h"

@@ -250,11 +250,11 @@ std::shared_ptr<OutboundChannel> SaGroup::pick(uint64_t flow_hash) const {
   return member ? member->channel : nullptr;
 }
 
-OutboundChannel* SaGroup::pick_for_packet(std::span<const uint8_t> packet, uint64_t seed,
+OutboundChannel* SaGroup::pick_for_packet(const packet::FlowKey& flow, uint64_t seed,
                                           Superseded* superseded) const {
   const Members& members = snapshot(superseded);
   if (members.list.size() == 1) return members.list.front().channel.get();
-  const Member* member = choose(members, flow_hash(packet, seed));
+  const Member* member = choose(members, flow_hash(flow, seed));
   return member ? member->channel.get() : nullptr;
 }
 

@@ -25,8 +25,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <vector>
+
+#include "packet/flow_key.h"
 
 namespace espgw::pipeline {
 
@@ -75,13 +76,13 @@ class SaGroup {
     std::shared_ptr<const void> keep_alive;
     std::vector<OutboundChannel*> channels;
   };
-  // The member for an inner packet's flow (flow_hash with `seed`), hashing only when there
-  // is a choice. The pointer is this thread's snapshot's: valid until the thread's next
+  // The member for an inner packet's flow (flow_hash of its key with `seed`), hashing only
+  // when there is a choice. The pointer is this thread's snapshot's: valid until the thread's next
   // snapshot of any group, which is enough to submit the packet (no reference count
   // touched per packet). When this thread's view of the group changed since its previous
   // pick (a member added, removed or rekeyed) and `superseded` is given, it receives the
   // previous view; otherwise it is left empty.
-  OutboundChannel* pick_for_packet(std::span<const uint8_t> packet, uint64_t seed,
+  OutboundChannel* pick_for_packet(const packet::FlowKey& flow, uint64_t seed,
                                    Superseded* superseded = nullptr) const;
   // Takes one of the calling thread's cached views that is no longer any group's current
   // one (a member was added, removed or rekeyed since, or the group is gone) and returns

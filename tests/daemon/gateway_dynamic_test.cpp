@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "support/charon_requests.h"
 #include "support/rfc1071_checksum.h"
+#include "support/sequential_esp.h"
 #include "util/byte_order.h"
 #include "vici_bridge/vici_client.h"
 #include "xfrm/fail_closed_routes.h"
@@ -277,7 +278,7 @@ TEST_F(GatewayDynamicTest, AfterARekeyCollisionTheOldSasHeldPacketsStillComeFirs
   auto send_esp = [&](esp::OutboundSa& peer, uint32_t counter, bool lost = false) {
     esp::PacketBuffer buffer;
     ASSERT_TRUE(buffer.assign(counted_packet(counter)));
-    ASSERT_EQ(esp::encapsulate(peer, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    ASSERT_EQ(test::encapsulate(peer, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
     if (lost) return;  // numbered, never sent
     const auto bytes = buffer.bytes();
     ASSERT_EQ(sendto(wan.fd, bytes.data(), bytes.size(), 0,

@@ -12,6 +12,7 @@
 #include "esp/ecn.h"
 #include "esp/esp_format.h"
 #include "fuzz/fuzz_sas.h"
+#include "support/sequential_esp.h"
 #include "util/byte_order.h"
 
 using namespace espgw;
@@ -23,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] & 4)
     config.selectors.push_back(
         {*esp::IpPrefix::parse("10.1.0.0/16"), *esp::IpPrefix::parse("10.2.0.0/16")});
-  esp::InboundSaTable table;
+  test::InboundSaTable table;
   auto sa = std::make_shared<esp::InboundSa>(config, crypto::ipsec_mb_backend());
   table.add(sa);
   data += 1;
@@ -40,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   esp::EngineCounters engine;
   esp::PacketBuffer packet(esp.size() + 256);
   if (!packet.assign(esp)) abort();
-  const esp::DropReason reason = esp::decapsulate(table, engine, packet);
+  const esp::DropReason reason = test::decapsulate(table, engine, packet);
   if (reason == esp::DropReason::none) {
     // A delivered packet is a prefix of the plaintext and a well-formed IP header.
     if (packet.size() > size || packet.size() == 0) abort();

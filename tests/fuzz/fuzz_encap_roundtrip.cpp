@@ -9,6 +9,7 @@
 #include "esp/encap.h"
 #include "esp/wire.h"
 #include "fuzz/fuzz_sas.h"
+#include "support/sequential_esp.h"
 
 using namespace espgw;
 
@@ -17,20 +18,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t spi = fuzz::kFirstFuzzSpi + (data[0] & 3);
   const esp::SaConfig config = fuzz::fuzz_sa_config(spi);
   esp::OutboundSa out(config, crypto::ipsec_mb_backend());
-  esp::InboundSaTable table;
+  test::InboundSaTable table;
   table.add(std::make_shared<esp::InboundSa>(config, crypto::openssl_backend()));
   data += 1;
   size -= 1;
 
   esp::PacketBuffer packet(size + 256);
   if (!packet.assign({data, size})) abort();
-  const esp::DropReason reason = esp::encapsulate(out, packet);
+  const esp::DropReason reason = test::encapsulate(out, packet);
   if (reason != esp::DropReason::none) {
     if (out.counters().drops(reason) != 1 || packet.size() != size) abort();
     return 0;
   }
   esp::EngineCounters engine;
-  const auto result = esp::decapsulate_wire(table, engine, packet);
+  const auto result = test::decapsulate_wire(table, engine, packet);
   if (result.reason != esp::DropReason::none) abort();
   if (packet.size() != size || std::memcmp(packet.data(), data, size) != 0) abort();
   return 0;

@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "esp/inbound_sa_table.h"
 #include "esp/security_association.h"
+#include "support/inbound_sa_table.h"
 
 namespace espgw::fuzz {
 

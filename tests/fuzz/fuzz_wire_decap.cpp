@@ -7,12 +7,13 @@
 
 #include "esp/wire.h"
 #include "fuzz/fuzz_sas.h"
+#include "support/sequential_esp.h"
 
 using namespace espgw;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static esp::InboundSaTable* table = [] {
-    auto* t = new esp::InboundSaTable;
+  static test::InboundSaTable* table = [] {
+    auto* t = new test::InboundSaTable;
     for (uint32_t i = 0; i < fuzz::kFuzzSaCount; ++i)
       t->add(std::make_shared<esp::InboundSa>(fuzz::fuzz_sa_config(fuzz::kFirstFuzzSpi + i),
                                               crypto::ipsec_mb_backend()));
@@ -21,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   esp::EngineCounters engine;
   esp::PacketBuffer packet(size + 256);
   if (!packet.assign({data, size})) abort();
-  const auto result = esp::decapsulate_wire(*table, engine, packet);
+  const auto result = test::decapsulate_wire(*table, engine, packet);
   // Without the key nothing can be authentic: an ESP packet must never be delivered.
   if (result.kind == esp::WireKind::esp && result.reason == esp::DropReason::none) abort();
   return 0;

@@ -35,11 +35,11 @@
 #include "esp/decap.h"
 #include "esp/drop_reason.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
 #include "esp/wire.h"
+#include "support/sequential_esp.h"
 #include "util/hex.h"
 
 namespace {
@@ -233,7 +233,7 @@ int run_encap(const Options& options) {
   for (const auto& bytes : packets) {
     auto buffer = make_buffer(bytes);
     const DropReason reason =
-        espgw::esp::encapsulate(sa, buffer, espgw::esp::OuterHeaders::include);
+        espgw::test::encapsulate(sa, buffer, espgw::esp::OuterHeaders::include);
     if (reason != DropReason::none) {
       report_drop(reason);
       status = kExitDropped;
@@ -250,13 +250,13 @@ int run_decap(const Options& options) {
   if (options.highest > 0 &&
       sa->replay_window().commit(options.highest) != espgw::esp::ReplayWindow::Verdict::accept)
     throw UsageError{"--highest: the replay window refused " + std::to_string(options.highest)};
-  espgw::esp::InboundSaTable table;
+  espgw::test::InboundSaTable table;
   table.add(sa);
   espgw::esp::EngineCounters engine;
   int status = kExitOk;
   for (const auto& bytes : packets) {
     auto buffer = make_buffer(bytes);
-    const auto result = espgw::esp::decapsulate_wire(table, engine, buffer);
+    const auto result = espgw::test::decapsulate_wire(table, engine, buffer);
     if (result.reason != DropReason::none) {
       report_drop(result.reason);
       status = kExitDropped;

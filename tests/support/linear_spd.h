@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "xfrm/flow_key.h"
+#include "packet/flow_key.h"
 #include "xfrm/policy.h"
 
 namespace espgw::test {
@@ -42,10 +42,10 @@ class LinearSpd {
   }
 
   // As xfrm::Spd::lookup: `key` as the packet carries it.
-  std::optional<xfrm::Policy> lookup(xfrm::Direction direction, const xfrm::FlowKey& key) const {
+  std::optional<xfrm::Policy> lookup(xfrm::Direction direction, const packet::FlowKey& key) const {
     const auto index = static_cast<size_t>(direction);
     if (index >= kDirections) return std::nullopt;
-    const xfrm::FlowKey oriented = direction == xfrm::Direction::out ? key : key.reversed();
+    const packet::FlowKey oriented = direction == xfrm::Direction::out ? key : key.reversed();
     for (const auto& entry : lists_[index])
       if (entry.policy.selector.matches(oriented)) return entry.policy;
     return std::nullopt;

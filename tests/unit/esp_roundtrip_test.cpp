@@ -9,11 +9,23 @@
 #include "esp/encap.h"
 #include "esp/esp_format.h"
 #include "esp/wire.h"
+#include "packet/ip_format.h"
+#include "support/sequential_esp.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
 namespace {
+
+using packet::kIpv4HeaderLength;
+using packet::kIpv6HeaderLength;
+using packet::kProtocolEsp;
+using packet::kProtocolUdp;
+using packet::kUdpHeaderLength;
+using test::decapsulate;
+using test::decapsulate_wire;
+using test::encapsulate;
+using test::InboundSaTable;
 
 using crypto::AeadAlgorithm;
 

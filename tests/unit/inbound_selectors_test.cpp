@@ -7,11 +7,16 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
+#include "support/sequential_esp.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
 namespace {
+
+using test::decapsulate;
+using test::encapsulate;
+using test::InboundSaTable;
 
 using crypto::AeadAlgorithm;
 

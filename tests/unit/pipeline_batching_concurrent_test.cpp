@@ -14,10 +14,11 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "packet/flow_key.h"
 #include "pipeline/flow_hash.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "support/sequential_esp.h"
 #include "unit/pipeline_test_support.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"

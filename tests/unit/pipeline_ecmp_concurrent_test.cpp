@@ -14,10 +14,11 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "packet/flow_key.h"
 #include "pipeline/flow_hash.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "support/sequential_esp.h"
 #include "unit/pipeline_test_support.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
@@ -72,7 +73,7 @@ TEST(PipelineConcurrent, EndToEndFlowsKeepTheirOrderAcrossAnEcmpGroup) {
   for (uint32_t i = 1; i <= kPacketsPerFlow; ++i) {
     for (int f = 0; f < kFlows; ++f) {
       auto inner = tagged_packet(f, i);
-      const uint64_t hash = flow_hash(inner, 42);
+      const uint64_t hash = flow_hash(packet::flow_key(inner).value(), 42);
       if (i == 1) ++member_use[group.pick_key(hash)];
       Packet* p = acquire_blocking(sender);
       p->buffer.assign(inner);
@@ -116,7 +117,7 @@ class DecryptingWire final : public PacketSink {
     for (Packet* p : packets) {
       esp::PacketBuffer inner;
       inner.assign(p->buffer.bytes());
-      if (esp::decapsulate(table_, engine_, inner) != esp::DropReason::none) {
+      if (test::decapsulate(table_, engine_, inner) != esp::DropReason::none) {
         ++undecryptable_;
         continue;
       }
@@ -134,7 +135,7 @@ class DecryptingWire final : public PacketSink {
   }
 
  private:
-  esp::InboundSaTable table_;
+  test::InboundSaTable table_;
   esp::EngineCounters engine_;
   std::mutex mutex_;
   std::vector<std::pair<uint32_t, uint32_t>> order_;
@@ -184,7 +185,8 @@ void run_flows_through_membership_changes(bool run_to_completion, uint32_t reade
           Packet* p = acquire_blocking(pipeline);
           p->buffer.assign(tagged_packet(flow, ++sent[flow]));
           SaGroup::Superseded superseded;
-          OutboundChannel* channel = group.pick_for_packet(p->buffer.bytes(), 42, &superseded);
+          OutboundChannel* channel =
+              group.pick_for_packet(packet::flow_key(p->buffer.bytes()).value(), 42, &superseded);
           if (!superseded.channels.empty()) pipeline.fence_outbound(superseded.channels);
           // Every packet must reach the wire: a queue-full refusal (the SA's or the
           // group's bound; the refused packet went back to the pool) is retried once this

@@ -14,10 +14,11 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "packet/flow_key.h"
 #include "pipeline/flow_hash.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "support/sequential_esp.h"
 #include "unit/pipeline_test_support.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
@@ -39,7 +40,7 @@ TEST(PipelineConcurrent, RemovingAnSaWhilePacketsAreInFlightLosesNothingUncounte
   for (uint32_t i = 1; i <= 2000; ++i) {
     esp::PacketBuffer buffer;
     buffer.assign(tagged_packet(0, i));
-    ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    ASSERT_EQ(test::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
     wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
   }
   uint64_t rejected = 0;
@@ -156,7 +157,7 @@ TEST(PipelineConcurrent, ReadersLetGoOfRemovedEcmpMembersTheyNoLongerPick) {
         auto bytes = tagged_packet(0, ++sent);
         store_be16(&bytes[20], port);  // another flow each time
         ASSERT_TRUE(p->buffer.assign(bytes));
-        OutboundChannel* channel = g->pick_for_packet(p->buffer.bytes(), 42);
+        OutboundChannel* channel = g->pick_for_packet(packet::flow_key(bytes).value(), 42);
         ASSERT_NE(channel, nullptr);
         ASSERT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
                   esp::DropReason::none);
@@ -186,7 +187,8 @@ TEST(PipelineConcurrent, ReadersLetGoOfRemovedEcmpMembersTheyNoLongerPick) {
     size_t looks = SaGroup::full_sweep_looks();
     EXPECT_FALSE(SaGroup::take_retired_view(superseded, looks));
     const auto bytes = tagged_packet(0, 1);
-    EXPECT_EQ(group->pick_for_packet(bytes, 42, &superseded), channel_a.get());
+    EXPECT_EQ(group->pick_for_packet(packet::flow_key(bytes).value(), 42, &superseded),
+              channel_a.get());
     EXPECT_TRUE(superseded.channels.empty());
   });
   reader.join();
@@ -211,7 +213,7 @@ TEST(PipelineConcurrent, AnInboundChannelRemovedWithPacketsInFlightDeliversThemT
     for (uint32_t i = 1; i <= kPackets; ++i) {
       Packet* p = acquire_blocking(pipeline);
       ASSERT_TRUE(p->buffer.assign(tagged_packet(0, i)));
-      ASSERT_EQ(esp::encapsulate(sender, p->buffer, esp::OuterHeaders::omit),
+      ASSERT_EQ(test::encapsulate(sender, p->buffer, esp::OuterHeaders::omit),
                 esp::DropReason::none);
       ASSERT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
     }

@@ -14,10 +14,11 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "packet/flow_key.h"
 #include "pipeline/flow_hash.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "support/sequential_esp.h"
 #include "unit/pipeline_test_support.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
@@ -206,7 +207,7 @@ void run_inbound(const InboundScenario& scenario) {
           std::uniform_real_distribution<>(0, 1)(rng) < scenario.off_policy;
       if (dropped_after_authentication) inner[12] = 172;  // source 172.1.0.1
       buffer.assign(inner);
-      EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      EXPECT_EQ(test::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
       if (std::uniform_real_distribution<>(0, 1)(rng) < scenario.loss) {
         lost[s].insert(i);
         continue;

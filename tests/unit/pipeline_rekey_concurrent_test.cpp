@@ -13,10 +13,11 @@
 
 #include "esp/decap.h"
 #include "esp/encap.h"
-#include "esp/inbound_sa_table.h"
+#include "packet/flow_key.h"
 #include "pipeline/flow_hash.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sa_group.h"
+#include "support/sequential_esp.h"
 #include "unit/pipeline_test_support.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
@@ -66,7 +67,7 @@ void run_inbound_rekeys(bool slow_sink) {
       const uint32_t flow = i % kFlows;
       esp::PacketBuffer buffer;
       buffer.assign(tagged_packet(flow, ++counter[flow]));
-      ASSERT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+      ASSERT_EQ(test::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
       wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
     }
   }
@@ -149,7 +150,7 @@ Wire seal_flow(esp::OutboundSa& sender, uint32_t flow, uint32_t first, uint32_t 
   for (uint32_t n = first; n <= last; ++n) {
     esp::PacketBuffer buffer;
     buffer.assign(tagged_packet(flow, n));
-    EXPECT_EQ(esp::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
+    EXPECT_EQ(test::encapsulate(sender, buffer, esp::OuterHeaders::omit), esp::DropReason::none);
     wire.emplace_back(buffer.bytes().begin(), buffer.bytes().end());
   }
   return wire;

@@ -5,12 +5,19 @@
 
 #include "esp/decap.h"
 #include "esp/esp_format.h"
+#include "packet/ip_format.h"
+#include "support/sequential_esp.h"
 #include "util/byte_order.h"
 #include "util/hex.h"
 #include "vectors/published_esp_vectors.h"
 
 namespace espgw::esp {
 namespace {
+
+using packet::kProtocolIpv4;
+using packet::kProtocolIpv6;
+using test::decapsulate;
+using test::InboundSaTable;
 
 using test::kPublishedEspVectors;
 using test::PublishedEspVector;

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "crypto/aead.h"
+#include "packet/flow_key.h"
 #include "pipeline/channels.h"
 #include "pipeline/flow_hash.h"
 #include "unit/test_packets.h"
@@ -27,15 +29,24 @@ std::vector<uint8_t> udp_flow(uint16_t source_port, uint16_t destination_port = 
   return p;
 }
 
+// A packet's flow key, as the gateway extracts it before it picks an SA.
+packet::FlowKey key_of(std::span<const uint8_t> bytes) {
+  return packet::flow_key(bytes).value();
+}
+
+uint64_t hash_of(std::span<const uint8_t> bytes, uint64_t seed = kSeed) {
+  return flow_hash(key_of(bytes), seed);
+}
+
 TEST(FlowHash, FiveTupleForTcpAndUdp) {
-  EXPECT_NE(flow_hash(udp_flow(1000), kSeed), flow_hash(udp_flow(1001), kSeed));
-  EXPECT_NE(flow_hash(udp_flow(1000, 1), kSeed), flow_hash(udp_flow(1000, 2), kSeed));
+  EXPECT_NE(hash_of(udp_flow(1000)), hash_of(udp_flow(1001)));
+  EXPECT_NE(hash_of(udp_flow(1000, 1)), hash_of(udp_flow(1000, 2)));
   // Payload and length do not matter, only the flow.
   auto a = udp_flow(1000);
   auto b = udp_flow(1000);
   b[40] ^= 0xFF;
-  EXPECT_EQ(flow_hash(a, kSeed), flow_hash(b, kSeed));
-  EXPECT_NE(flow_hash(a, kSeed), flow_hash(a, kSeed + 1)) << "the seed changes the mapping";
+  EXPECT_EQ(hash_of(a), hash_of(b));
+  EXPECT_NE(hash_of(a), hash_of(a, kSeed + 1)) << "the seed changes the mapping";
 }
 
 TEST(FlowHash, FragmentsAndOtherProtocolsUseTheAddressPair) {
@@ -43,28 +54,46 @@ TEST(FlowHash, FragmentsAndOtherProtocolsUseTheAddressPair) {
   store_be16(&first[6], 0x2000);  // MF: first fragment, still carries ports
   auto later = udp_flow(5555);    // a later fragment's "ports" are payload bytes
   store_be16(&later[6], 0x00B9);  // fragment offset
-  EXPECT_EQ(flow_hash(first, kSeed), flow_hash(later, kSeed));
+  EXPECT_EQ(hash_of(first), hash_of(later));
   auto icmp_a = udp_flow(1);
   auto icmp_b = udp_flow(2);
   icmp_a[9] = icmp_b[9] = 1;  // ICMP: bytes after the header are not ports
-  EXPECT_EQ(flow_hash(icmp_a, kSeed), flow_hash(icmp_b, kSeed));
+  EXPECT_EQ(hash_of(icmp_a), hash_of(icmp_b));
+}
+
+TEST(FlowHash, PortsOfZeroDifferFromNoPorts) {
+  // A fragment or a port-less protocol must not share its hash with the 5-tuple of the
+  // same addresses and protocol whose ports happen to be zero.
+  const auto zero_ports = udp_flow(0, 0);
+  auto fragment = zero_ports;
+  store_be16(&fragment[6], 0x00B9);
+  EXPECT_NE(hash_of(zero_ports), hash_of(fragment));
+  packet::FlowKey no_ports = key_of(zero_ports);
+  no_ports.ports_known = false;
+  EXPECT_NE(flow_hash(key_of(zero_ports), kSeed), flow_hash(no_ports, kSeed));
 }
 
 TEST(FlowHash, Ipv6FiveTupleAndFragmentHeader) {
   auto a = test::make_ipv6_packet(20);
   auto b = a;
   store_be16(&b[40], 1234);
-  EXPECT_NE(flow_hash(a, kSeed), flow_hash(b, kSeed));
-  // Turn both into fragments (next header 44): ports no longer count.
-  a[6] = b[6] = 44;
-  EXPECT_EQ(flow_hash(a, kSeed), flow_hash(b, kSeed));
+  EXPECT_NE(hash_of(a), hash_of(b));
+  EXPECT_NE(hash_of(a), hash_of(a, kSeed + 1)) << "the seed changes the mapping";
+  // Turn both into later fragments (a fragment header, next header UDP, offset 8 bytes,
+  // before what were the ports): the ports no longer count.
+  for (auto* p : {&a, &b}) {
+    p->insert(p->begin() + 40, {17, 0, 0, 8, 0, 0, 0, 1});
+    (*p)[6] = 44;
+    store_be16(&(*p)[4], static_cast<uint16_t>(p->size() - 40));
+  }
+  EXPECT_EQ(hash_of(a), hash_of(b));
 }
 
 std::map<uint64_t, uint64_t> assign(const SaGroup& group, int flows) {
   std::map<uint64_t, uint64_t> flow_to_member;
   for (int f = 0; f < flows; ++f)
-    flow_to_member[f] = group.pick_key(flow_hash(
-        udp_flow(static_cast<uint16_t>(f), static_cast<uint16_t>(6000 + (f >> 16))), kSeed));
+    flow_to_member[f] = group.pick_key(
+        hash_of(udp_flow(static_cast<uint16_t>(f), static_cast<uint16_t>(6000 + (f >> 16)))));
   return flow_to_member;
 }
 
@@ -240,10 +269,10 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
       first.push_back(test_channel(sink, 0x100 + g));
       groups.back()->set_member(1, first.back());
     }
-    const auto packet = udp_flow(1000);
+    const auto flow = key_of(udp_flow(1000));
     for (uint32_t g = 0; g < kGroups; ++g) {
       SaGroup::Superseded superseded;
-      EXPECT_EQ(groups[g]->pick_for_packet(packet, kSeed, &superseded), first[g].get());
+      EXPECT_EQ(groups[g]->pick_for_packet(flow, kSeed, &superseded), first[g].get());
       EXPECT_TRUE(superseded.channels.empty()) << "a first pick has nothing to hand over";
     }
     for (uint32_t g = 0; g < kGroups; ++g)
@@ -251,7 +280,7 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
     uint32_t handed_over = 0;
     for (uint32_t g = 0; g < kGroups; ++g) {
       SaGroup::Superseded superseded;
-      EXPECT_NE(groups[g]->pick_for_packet(packet, kSeed, &superseded), first[g].get());
+      EXPECT_NE(groups[g]->pick_for_packet(flow, kSeed, &superseded), first[g].get());
       if (superseded.channels == std::vector<OutboundChannel*>{first[g].get()}) ++handed_over;
     }
     EXPECT_EQ(handed_over, kGroups) << "picks that handed over the view they replaced";
@@ -283,7 +312,7 @@ TEST(SaGroup, AReaderOfManyGroupsSeesEachGroupsChangeAndLetsGoOfDeadOnes) {
     // The last third is still picked from, as before the sweeps.
     for (uint32_t g = 2; g < kGroups; g += 3) {
       SaGroup::Superseded superseded;
-      EXPECT_NE(groups[g]->pick_for_packet(packet, kSeed, &superseded), nullptr);
+      EXPECT_NE(groups[g]->pick_for_packet(flow, kSeed, &superseded), nullptr);
       EXPECT_TRUE(superseded.channels.empty());
     }
   }).join();

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "esp/encap.h"
+#include "support/sequential_esp.h"
 #include "unit/test_packets.h"
 #include "util/byte_order.h"
 
 namespace espgw::esp {
 namespace {
+
+using test::decapsulate_wire;
+using test::InboundSaTable;
 
 std::vector<uint8_t> ipv4_udp(std::vector<uint8_t> payload, uint16_t flags_fragment = 0) {
   std::vector<uint8_t> p(28 + payload.size());

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include "packets.h"
+#include "support/flow_packets.h"
 
 namespace espgw::xfrm {
 namespace {
+
+using packet::flow_key;
+using packet::FlowKey;
 
 esp::IpPrefix prefix(std::string_view text) {
   return esp::IpPrefix::parse(text).value();

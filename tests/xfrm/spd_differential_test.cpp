@@ -15,6 +15,8 @@
 namespace espgw::xfrm {
 namespace {
 
+using packet::FlowKey;
+
 class RandomSpd {
  public:
   explicit RandomSpd(uint32_t seed) : random_(seed) {}

@@ -9,10 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "packets.h"
+#include "support/flow_packets.h"
 
 namespace espgw::xfrm {
 namespace {
+
+using packet::flow_key;
+using packet::FlowKey;
 
 esp::IpPrefix prefix(std::string_view text) {
   return esp::IpPrefix::parse(text).value();

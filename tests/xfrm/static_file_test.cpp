@@ -12,6 +12,8 @@
 namespace espgw::xfrm {
 namespace {
 
+using packet::FlowKey;
+
 const std::string kDir = ESPGW_STATIC_CONFIG_DIR;
 
 esp::IpAddress ip(std::string_view text) {

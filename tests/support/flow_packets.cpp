@@ -1,10 +1,10 @@
-#include "packets.h"
+#include "support/flow_packets.h"
 
 #include <algorithm>
 
 #include "esp/ip_address.h"
 
-namespace espgw::xfrm::test {
+namespace espgw::test {
 
 namespace {
 
@@ -66,4 +66,4 @@ std::vector<uint8_t> ipv6_packet(const Ipv6Spec& spec) {
   return p;
 }
 
-}  // namespace espgw::xfrm::test
+}  // namespace espgw::test

@@ -1,12 +1,12 @@
-// Inner packets for the xfrm tests: just enough header to classify, with every field a
-// test may want to vary (protocol, ports, fragmentation, IPv6 extension headers).
+// Inner packets for the flow key and selector tests: just enough header to classify, with every
+// field a test may want to vary (protocol, ports, fragmentation, IPv6 extension headers).
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
-namespace espgw::xfrm::test {
+namespace espgw::test {
 
 struct Ipv4Spec {
   std::string_view source = "10.1.0.1";
@@ -33,4 +33,4 @@ struct Ipv6Spec {
 };
 std::vector<uint8_t> ipv6_packet(const Ipv6Spec& spec);
 
-}  // namespace espgw::xfrm::test
+}  // namespace espgw::test

@@ -1,12 +1,12 @@
 // Flow keys from inner packets: addresses, upper-layer protocol, and ports only where
 // every piece of the datagram would show the same ones.
-#include "xfrm/flow_key.h"
+#include "packet/flow_key.h"
 
 #include <gtest/gtest.h>
 
-#include "packets.h"
+#include "support/flow_packets.h"
 
-namespace espgw::xfrm {
+namespace espgw::packet {
 namespace {
 
 using test::ipv4_packet;
@@ -144,4 +144,4 @@ TEST(FlowKey, ReversedSwapsAddressesAndPorts) {
 }
 
 }  // namespace
-}  // namespace espgw::xfrm
+}  // namespace espgw::packet

@@ -1,4 +1,5 @@
-// The fields of an inner IP packet that policies select on, extracted once per packet.
+// The fields of an inner IP packet that policies select on and ECMP spreads flows by,
+// extracted once per packet.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 
 #include "esp/ip_address.h"
 
-namespace espgw::xfrm {
+namespace espgw::packet {
 
 struct FlowKey {
   esp::IpAddress source;
@@ -32,4 +33,4 @@ struct FlowKey {
 // layer's to check.
 std::optional<FlowKey> flow_key(std::span<const uint8_t> packet);
 
-}  // namespace espgw::xfrm
+}  // namespace espgw::packet
