@@ -273,7 +273,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
 
   auto wait_start = [] { return std::chrono::steady_clock::now(); };
   const size_t flows_per_feeder = std::max<size_t>(kFlows / feeders, 1);
-  // One feeder's read batch: g_batch packets, then complete_submitted().
+  // One feeder's read batch: g_batch packets, then end_read_batch().
   auto feed_batch = [&](Feeder& feeder) {
     // The delivered count is summed again, and the drop counters (every SA) summed at
     // all, only when the bound with the last sum says "full": deliveries only grow it, so
@@ -295,7 +295,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
       if (!has_room(i) || (packet = pipeline.acquire()) == nullptr) {
         const auto t0 = wait_start();
         do {
-          pipeline.complete_submitted();  // without workers, the feeder frees the packets
+          pipeline.end_read_batch();  // without workers, the feeder frees the packets
           std::this_thread::yield();
           if (feeders > 1) fed_seen = total_fed();
         } while (!has_room(1) || (packet = pipeline.acquire()) == nullptr);
@@ -317,7 +317,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
       if (channel->in_flight() >= channel->max_in_flight()) {
         const auto t0 = wait_start();
         do {
-          pipeline.complete_submitted();
+          pipeline.end_read_batch();
           std::this_thread::yield();
         } while (channel->in_flight() >= channel->max_in_flight());
         feeder.wait_ns += static_cast<uint64_t>(
@@ -331,7 +331,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
         feeder.drops.store(feeder.drops.load(std::memory_order_relaxed) + 1,
                            std::memory_order_relaxed);
     }
-    pipeline.complete_submitted();  // the end of a "read batch"
+    pipeline.end_read_batch();  // the end of a "read batch"
   };
 
   // The other feeders run an iteration's batches between two barriers, in step with the
@@ -352,7 +352,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
       }
     });
 
-  pipeline.hand_over_in_batches();  // the feeder is a reader: it completes every batch
+  pipeline.register_reader();  // the feeder is a reader: it completes every batch
   const uint64_t cpu_start = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   const uint64_t feeder_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t cipher_start = cipher_cycles();

@@ -10,7 +10,7 @@
 
 #include "esp/ip_address.h"
 #include "vici_bridge/vici_message.h"
-#include "xfrm/sad.h"
+#include "xfrm/sad_entry.h"
 #include "xfrm/spd.h"
 
 namespace espgw::daemon {

@@ -1,10 +1,14 @@
-// The gateway: wires a TUN device, WAN sockets, the SPD/SAD from a static SA file and
-// the parallel pipeline together, and keeps the kernel's view (TUN link, MTU, routes for
-// remote subnets) in line with the policies.
+// The gateway: wires a TUN device, WAN sockets, the SA table, the policies, the routes
+// and the parallel pipeline together, owns the threads, and keeps the control API that
+// reload, charon (through the control socket) and espgwctl use. The parts
+// (docs/architecture.md):
 //
-//   TUN reader ─ SPD lookup (out) ─ SA group (reqid) ─ flow hash ─ pipeline
-//              ─ WanSink (per SA: its peer) ─ WanTransmitter (per socket: one send a batch) ─ WAN
-//   WAN reader ─ RFC 3948 demux ─ pipeline (SPI) ─ TunSink ─ TUN
+//   OutboundPath (outbound_path.h)  TUN reader ─ SPD ─ SA group ─ pipeline ─ PeerSink ─
+//                                   WanBatchSender ─ WAN
+//   InboundPath (inbound_path.h)    WAN reader ─ RFC 3948 demux ─ pipeline (SPI) ─ TunWriter ─ TUN
+//   SaTable (sa_table.h)            the SAD: SAs, their channels and ECMP groups, lifetimes
+//   MtuTracker (mtu_tracker.h)      tunnel and LAN MTU from the SAs' path and route MTUs
+//   RouteTable (route_table.h)      TUN routes, fail-closed routes and bypass rules by use
 #pragma once
 
 #include <atomic>
@@ -23,13 +27,16 @@
 #include "daemon/gateway_counters.h"
 #include "daemon/gateway_status.h"
 #include "daemon/ike_rate_limiter.h"
+#include "daemon/inbound_path.h"
+#include "daemon/mtu_tracker.h"
+#include "daemon/outbound_lookup.h"
+#include "daemon/outbound_path.h"
+#include "daemon/route_table.h"
 #include "daemon/sa_state_keeper.h"
-#include "esp/counters.h"
+#include "daemon/sa_table.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/sa_group.h"
-#include "xfrm/fail_closed_routes.h"
 #include "xfrm/kernel_firewall.h"
 #include "xfrm/key_fingerprint.h"
 #include "xfrm/netlink.h"
@@ -118,25 +125,9 @@ class Gateway {
                 std::span<const uint8_t> ike);
 
  private:
-  class WanTransmitter;
-  class WanSink;
-  class TunSink;
-  struct OutboundEntry;
-  struct InboundEntry;
-  // What the TUN readers need per packet. The SPD changes in place (it has its own
-  // lock); the group map is copied when a group appears or goes, and the whole snapshot
-  // is swapped, so a reader never sees a map being changed.
-  struct Forwarding {
-    std::shared_ptr<xfrm::Spd> spd = std::make_shared<xfrm::Spd>();
-    std::map<uint32_t, std::shared_ptr<pipeline::SaGroup>> groups;  // by reqid
-  };
   struct InstalledPolicy {
     xfrm::Policy policy;
     bool from_charon = false;
-  };
-  struct RouteUse {
-    esp::IpPrefix prefix;
-    unsigned policies = 0;  // out protect policies whose remote side it is
   };
 
   // Receive steering on the TUN device as `tun-rps` asks (io/receive_steering.h).
@@ -144,61 +135,19 @@ class Gateway {
   // Brings the running static SAs and policies to `next` (the constructor, reload):
   // only what changed is installed or removed.
   void apply_static_locked(xfrm::StaticConfig next);
-  // Installs `entry` or replaces a different one under its key (no-op when identical).
-  bool install_sa_locked(const xfrm::SadEntry& entry, InstallOrigin origin);
-  bool remove_sa_locked(const xfrm::SaId& id);
-  // `forget_key`: the SA's key never comes back (charon deleted it), so its counter
-  // record goes too.
-  void retire_outbound_locked(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>::iterator it,
-                              bool forget_key);
-  void retire_inbound_locked(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it,
-                             bool forget_key);
   void install_policy_locked(const xfrm::Policy& policy, bool from_charon);
   bool remove_policy_locked(uint32_t id);
-  // The group of `reqid`, created (a new snapshot) when missing.
-  std::shared_ptr<pipeline::SaGroup> group_locked(uint32_t reqid);
-  void drop_group_if_empty_locked(uint32_t reqid);
-  void add_route_use_locked(const xfrm::Policy& policy);
-  void drop_route_use_locked(const xfrm::Policy& policy);
-  // Fail closed (xfrm/fail_closed_routes.h): the rules to espgw's routing table, and the
-  // routes an earlier run left there, adopted.
-  void adopt_fail_closed_routes();
-  // Removes the adopted routes no policy needs; only done where nothing else will claim
-  // them (no control socket: charon replays its policies after a restart).
-  void remove_unused_fail_closed_routes_locked();
-  // A fail-closed route (`selector.remote`) or a bypass rule, kept by use counts.
-  void add_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
-                                    const xfrm::Selector& selector);
-  void drop_fail_closed_route_locked(xfrm::FailClosedRouteSet::Kind kind,
-                                     const xfrm::Selector& selector);
-  xfrm::Result change_fail_closed_route(bool add, xfrm::FailClosedRouteSet::Kind kind,
-                                        const xfrm::Selector& selector);
-  // The TUN MTU an outbound SA allows: its peer's path MTU (looked up once per peer)
-  // minus the worst-case ESP overhead. Also raises max_path_mtu_.
-  unsigned mtu_candidate(const esp::SaConfig& sa);
-  // The LAN MTU an inbound SA implies: the smallest route MTU towards its local traffic
-  // selectors (0 when it has none narrower than "any").
-  unsigned lan_mtu_candidate(const esp::SaConfig& sa);
-  // A route MTU, looked up once per address (path_mtus_).
-  uint32_t route_mtu_cached(const esp::IpAddress& address);
-  // Sets the TUN MTU to the smallest candidate of the outbound SAs, when it changed, and
-  // what the TUN reader and writer derive from the MTUs (segment_limit_, lan_mtu_).
+  // The tunnel and LAN MTU after SAs came or went (MtuTracker::update).
   void update_tunnel_mtu_locked();
   void ike_reader();
   void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
-  unsigned derive_tunnel_mtu(const xfrm::StaticConfig& config);
   io::WanSocket& socket_for(const esp::SaConfig& config);
   // Logs the receive buffer the kernel granted a new WAN socket, and what asked for it.
   void log_receive_buffer(const char* kind, const io::WanSocket& socket) const;
   // The sender for the socket an SA's packets leave through (created with it).
-  WanTransmitter& transmitter_for(const esp::SaConfig& config);
+  WanBatchSender& sender_for(const esp::SaConfig& config);
   // One reader thread per UDP socket (SO_REUSEPORT has already spread the peers).
   void start_udp_readers();
-  void tun_reader(unsigned queue);
-  // `name`: the thread's name, as its socket appears in the stats ("udp0", "raw").
-  void wan_reader(io::WanSocket* socket, std::string name);
-  void handle_outbound(pipeline::Packet* packet, const Forwarding& forwarding);
-  void tun_reader_offload(unsigned queue);
 
   GatewayConfig config_;
   std::unique_ptr<io::TunDevice> tun_;
@@ -208,45 +157,35 @@ class Gateway {
   // One raw ESP socket is enough: every raw socket of the protocol gets a copy of every
   // packet, so a second would only double the work.
   std::unique_ptr<io::WanSocket> raw_socket_;
-  // What sends through udp_sockets_.front() and raw_socket_: every SA's WanSink, together.
+  // What sends through udp_sockets_.front() and raw_socket_: every SA's PeerSink, together.
   // Declared before pipeline_, which delivers through them until it is gone.
-  std::unique_ptr<WanTransmitter> udp_transmitter_;
-  std::unique_ptr<WanTransmitter> raw_transmitter_;
+  std::unique_ptr<WanBatchSender> udp_sender_;
+  std::unique_ptr<WanBatchSender> raw_sender_;
   xfrm::RtNetlink netlink_;
   // Every SA's counter, ahead of what is on disk. Made before any SA is installed.
   std::unique_ptr<SaStateKeeper> sa_state_;
+  std::unique_ptr<MtuTracker> mtu_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
-  std::unique_ptr<TunSink> tun_sink_;
+  // The data paths; the inbound one's TunWriter is every inbound SA's sink, so both
+  // outlive the SA table.
+  std::unique_ptr<InboundPath> inbound_path_;
+  std::unique_ptr<TunWriter> tun_writer_;
+  std::unique_ptr<OutboundPath> outbound_path_;
   uint64_t flow_seed_;
-  unsigned tunnel_mtu_ = 0;
-  // Read by the TUN reader per frame and the TUN writer per batch.
-  std::atomic<unsigned> segment_limit_{0};  // jumbo-segments: the tunnel MTU; else 0
-  std::atomic<unsigned> lan_mtu_{1500};
   // What steer_tun_receive did, for the status: "off", "CPUs MASK" or "not set: why".
   std::string tun_rps_state_ = "off";
-  size_t max_path_mtu_ = 1500;  // largest WAN path MTU towards a peer
 
-  std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
-  std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
-  std::map<std::string, RouteUse> routes_;  // routes we added, by prefix
-  // espgw's routing table (all its routes) and rule priorities, its fail-closed routes
-  // and bypass rules.
-  xfrm::RoutingIds routing_;
-  xfrm::FailClosedRouteSet fail_closed_routes_;
-  // Set while charon's policies are cleared for a new charon: their fail-closed routes stay.
-  bool keep_fail_closed_routes_ = false;
-  unsigned fail_closed_route_errors_ = 0;  // routes the kernel refused (startup stops on any)
+  std::unique_ptr<SaTable> sas_;
+  std::unique_ptr<RouteTable> routes_;
   // The nftables table of the policies; rewritten by sync_kernel_firewall when dirty.
   std::unique_ptr<xfrm::KernelFirewall> firewall_;
   bool firewall_dirty_ = true;                    // under control_mutex_
-  std::map<std::string, uint32_t> path_mtus_;     // route MTU by address (peers, local selectors)
-  std::multiset<unsigned> mtu_candidates_;        // one per outbound SA
-  std::multiset<unsigned> lan_mtu_candidates_;    // one per inbound SA with local selectors
   std::map<uint32_t, InstalledPolicy> policies_;  // by id, static and charon's
-  std::atomic<std::shared_ptr<const Forwarding>> forwarding_{std::make_shared<const Forwarding>()};
+  // What the TUN readers look packets up in; its groups are the SA table's.
+  PublishedOutboundLookup outbound_lookup_{std::make_shared<const OutboundLookup>()};
 
   // Serialises changes (reload, charon's updates, lifetimes) and status readers. The data
-  // path never takes it: it reads the `forwarding_` snapshot.
+  // path never takes it: it reads the `outbound_lookup_` snapshot.
   mutable std::mutex control_mutex_;
   // From static-sa-file, inbound selectors filled in; its keys are wiped once installed,
   // and their fingerprints (one per SA, in order) say on a reload which SAs are unchanged.

@@ -1,5 +1,6 @@
-// The gateway's side of the control path: status and usage queries for charon and
-// espgwctl, and the IKE packets espgw carries for charon (it owns UDP 500 and 4500).
+// The gateway's side of the control path: charon's SAs and policies, one change at a
+// time; status and usage queries for charon and espgwctl; and the IKE packets espgw
+// carries for charon (it owns UDP 500 and 4500).
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include "daemon/charon_messages.h"
 #include "daemon/counter_registry.h"
 #include "daemon/gateway.h"
-#include "daemon/gateway_entries.h"
 #include "daemon/log.h"
 #include "util/clock.h"
 #include "util/thread_name.h"
@@ -57,6 +57,63 @@ bool peer_of(const sockaddr_storage& peer, esp::IpAddress& address, uint16_t& po
 
 }  // namespace
 
+bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed) {
+  std::lock_guard lock(control_mutex_);
+  const xfrm::SaId key = xfrm::sa_id_of(entry);
+  auto is_static = [](const auto* installed) { return installed && !installed->from_charon; };
+  if (is_static(sas_->find_outbound(key)) || is_static(sas_->find_inbound(key)))
+    return false;  // the static file's
+  const bool installed =
+      sas_->install(entry, replayed ? InstallOrigin::charon_replayed : InstallOrigin::charon_new);
+  update_tunnel_mtu_locked();
+  return installed;
+}
+
+bool Gateway::remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination) {
+  std::lock_guard lock(control_mutex_);
+  const xfrm::SaId key{spi, destination};
+  auto from_charon = [](const auto* installed) { return installed && installed->from_charon; };
+  if (!from_charon(sas_->find_outbound(key)) && !from_charon(sas_->find_inbound(key))) return false;
+  sas_->remove(key);
+  update_tunnel_mtu_locked();
+  return true;
+}
+
+void Gateway::add_dynamic_policy(const xfrm::Policy& policy) {
+  std::lock_guard lock(control_mutex_);
+  install_policy_locked(policy, true);
+}
+
+bool Gateway::remove_dynamic_policy(uint32_t id) {
+  std::lock_guard lock(control_mutex_);
+  return remove_policy_locked(id);
+}
+
+size_t Gateway::clear_dynamic_sas() {
+  std::lock_guard lock(control_mutex_);
+  std::vector<xfrm::SaId> keys;
+  for (const auto& [key, entry] : sas_->outbound())
+    if (entry->from_charon) keys.push_back(key);
+  for (const auto& [key, entry] : sas_->inbound())
+    if (entry->from_charon) keys.push_back(key);
+  for (const auto& key : keys) sas_->remove(key);
+  update_tunnel_mtu_locked();
+  return keys.size();
+}
+
+size_t Gateway::clear_dynamic_policies() {
+  std::lock_guard lock(control_mutex_);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, installed] : policies_)
+    if (installed.from_charon) ids.push_back(id);
+  // A charon that went away (or flushed) will install its policies again: until then their
+  // destinations stay closed (fail-closed routes kept, without a user).
+  routes_->keep_fail_closed_routes(true);
+  for (const uint32_t id : ids) remove_policy_locked(id);
+  routes_->keep_fail_closed_routes(false);
+  return ids.size();
+}
+
 std::optional<Gateway::SaUsage> Gateway::sa_usage(uint32_t spi,
                                                   const esp::IpAddress& destination) const {
   std::lock_guard lock(control_mutex_);
@@ -66,8 +123,8 @@ std::optional<Gateway::SaUsage> Gateway::sa_usage(uint32_t spi,
     const auto& counters = entry.sa->counters();
     return SaUsage{counters.bytes(), counters.packets(), idle_ms(entry.lifetime, now)};
   };
-  if (auto out = outbound_.find(key); out != outbound_.end()) return usage(*out->second);
-  if (auto in = inbound_.find(key); in != inbound_.end()) return usage(*in->second);
+  if (const auto* out = sas_->find_outbound(key)) return usage(*out);
+  if (const auto* in = sas_->find_inbound(key)) return usage(*in);
   return std::nullopt;
 }
 
@@ -83,9 +140,9 @@ std::optional<uint64_t> Gateway::group_idle_ms(xfrm::Direction direction, uint32
     }
   };
   if (direction == xfrm::Direction::out)
-    consider(outbound_);
+    consider(sas_->outbound());
   else
-    consider(inbound_);
+    consider(sas_->inbound());
   return best;
 }
 
@@ -98,8 +155,8 @@ GatewayStatus Gateway::status(bool entries) const {
   const auto now = std::chrono::steady_clock::now();
   GatewayStatus status;
   status.tun_name = tun_->name();
-  status.tunnel_mtu = tunnel_mtu_;
-  status.lan_mtu = lan_mtu_.load(std::memory_order_relaxed);
+  status.tunnel_mtu = mtu_->tunnel_mtu();
+  status.lan_mtu = mtu_->lan_mtu().load(std::memory_order_relaxed);
   status.jumbo_segments = config_.jumbo_segments;
   status.tun_rps = tun_rps_state_;
   status.crypto_backend = config_.crypto_backend;
@@ -125,27 +182,29 @@ GatewayStatus Gateway::status(bool entries) const {
         std::chrono::duration_cast<std::chrono::seconds>(now - entry.lifetime.added_at).count());
     return sa;
   };
-  status.sa_count = outbound_.size() + inbound_.size();
+  const auto& outbound = sas_->outbound();
+  const auto& inbound = sas_->inbound();
+  status.sa_count = outbound.size() + inbound.size();
   auto charon_count = [](const auto& installed) {
     return static_cast<size_t>(std::count_if(installed.begin(), installed.end(),
                                              [](const auto& e) { return e.second->from_charon; }));
   };
-  status.charon_sa_count = charon_count(outbound_) + charon_count(inbound_);
+  status.charon_sa_count = charon_count(outbound) + charon_count(inbound);
   if (entries) {
-    for (const auto& [key, entry] : outbound_) {
+    for (const auto& [key, entry] : outbound) {
       SaStatus sa = describe(*entry, xfrm::Direction::out);
       sa.in_flight = entry->channel->in_flight();
       status.sas.push_back(std::move(sa));
     }
-    for (const auto& [key, entry] : inbound_) {
+    for (const auto& [key, entry] : inbound) {
       SaStatus sa = describe(*entry, xfrm::Direction::in);
       const auto reorder = entry->channel->release().stats();
       sa.late = reorder.late;
       sa.skipped = reorder.skipped;
       status.sas.push_back(std::move(sa));
     }
-    const auto forwarding = forwarding_.load();
-    for (const auto& [reqid, group] : forwarding->groups) {
+    const auto lookup = outbound_lookup_.load();
+    for (const auto& [reqid, group] : lookup->groups) {
       GroupStatus g;
       g.reqid = reqid;
       g.member_spis = group->member_spis();
@@ -154,7 +213,7 @@ GatewayStatus Gateway::status(bool entries) const {
       std::sort(g.member_spis.begin(), g.member_spis.end());
       status.groups.push_back(std::move(g));
     }
-    status.policies = forwarding->spd->list();
+    status.policies = lookup->spd->list();
   }
   for (const auto& counter : kGatewayCounters) {
     NamedCounters& place = counter.place == StatusPlace::gateway_drops ? status.gateway_drops

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "xfrm/sad.h"
+#include "xfrm/sad_entry.h"
 #include "xfrm/spd.h"
 
 namespace espgw::xfrm {

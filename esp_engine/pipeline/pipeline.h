@@ -8,7 +8,7 @@
 //                    -> any worker verifies and decrypts, commits the replay window
 //                    -> the SA's reorder buffer releases by sequence number
 //
-// A reader's packets enter the queue as one entry per read batch (hand_over_in_batches);
+// A reader's packets enter the queue as one entry per read batch (register_reader);
 // without workers they never enter it (run_to_completion: each submitter's own batch).
 // Memory is bounded by the packet pool: the work queue can hold every packet, so a push
 // never fails, and when the pool is empty acquire() returns nullptr and the reader stops.
@@ -60,7 +60,7 @@ struct PipelineConfig {
   // costs a context switch; helping keeps the queue short and the latency low. 0 disables it.
   size_t submitter_assist_threshold = 64;
   // No worker threads: each submitting thread does the crypto of what it submitted when it
-  // calls complete_submitted() (and whenever a batch's worth waits), run to completion as
+  // calls end_read_batch() (and whenever a batch's worth waits), run to completion as
   // VPP does. Where a gateway has about one free core, handing every packet to a worker
   // only adds wake-ups and context switches; ordering is unchanged (sequence numbers
   // are still taken at submit, and the reorder buffers still release in order).
@@ -78,7 +78,7 @@ struct PipelineConfig {
   // outbound_stall_probe of the wait's start is not stalled but full (more comes than the
   // crypto takes): its packet is dropped at the bound as before, the tunnel's AQM (a
   // reader waiting there let the TUN queue fill behind it, ping under load 8 ms). Readers only (a
-  // thread with a submitter slot: hand_over_in_batches, or any submitter running to completion); a
+  // thread with a submitter slot: register_reader, or any submitter running to completion); a
   // sink's or a worker's submits are dropped at once (they could be what the SA waits for). 0:
   // dropped at once.
   std::chrono::microseconds outbound_room_wait{0};
@@ -143,15 +143,15 @@ class Pipeline {
 
   // The end of a read batch. Run to completion: processes, in this thread, every packet
   // this thread submitted so far and whatever waits in the shared queue. With workers:
-  // hands this thread's batch to them, if it collects one (hand_over_in_batches). A
+  // hands this thread's batch to them, if it collects one (register_reader). A
   // submitting thread must call it after each batch it read and before it waits for
   // anything: until then its packets wait for it.
-  void complete_submitted();
+  void end_read_batch();
   // Makes the calling thread a reader whose packets reach the workers in batches (at
-  // complete_submitted(), or 32 at a time) instead of one queue entry each. Only for a
-  // thread that keeps complete_submitted()'s contract; a sink that submits must not.
+  // end_read_batch(), or 32 at a time) instead of one queue entry each. Only for a
+  // thread that keeps end_read_batch()'s contract; a sink that submits must not.
   // Without workers every submitting thread already batches.
-  void hand_over_in_batches();
+  void register_reader();
 
   // Waits until every packet submitted so far through `channels` has been delivered, so
   // that a flow which moves to another channel cannot overtake its own packets: the

@@ -12,7 +12,7 @@ namespace espgw::pipeline {
 bool Pipeline::fence(const std::function<bool()>& done) {
   fences_.fetch_add(1, std::memory_order_relaxed);
   // This thread's own packets first: until completed they wait for it.
-  complete_submitted();
+  end_read_batch();
   const auto deadline = std::chrono::steady_clock::now() + config_.fence_limit;
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) {

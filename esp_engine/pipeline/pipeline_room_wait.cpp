@@ -15,7 +15,7 @@ bool Pipeline::wait_for_room(OutboundChannel& c) {
   room_waits_.fetch_add(1, std::memory_order_relaxed);
   // This thread's own packets first: until completed they wait for it, and they may be
   // what fills the SA.
-  complete_submitted();
+  end_read_batch();
   InFlightBudget* budget = c.budget();
   const auto full = [&] {
     return c.in_flight() >= c.max_in_flight() ||

@@ -50,7 +50,7 @@ Pipeline::SubmitterSlot* Pipeline::own_slot(bool claim) {
   return found;
 }
 
-void Pipeline::hand_over_in_batches() {
+void Pipeline::register_reader() {
   if (!config_.run_to_completion) own_slot(true);  // without workers every submitter has one
 }
 
@@ -100,7 +100,7 @@ void Pipeline::enqueue(Packet* packet) {
     if (work_.size_approx() >= kWorkerBatch) process_queued(false);
     return;
   }
-  // With workers, a reader (hand_over_in_batches) collects its packets and hands them
+  // With workers, a reader (register_reader) collects its packets and hands them
   // over as one queue entry when it completes its read batch or has a full one: one
   // compare-exchange and one cache line moving to a worker per batch, not per packet.
   if (SubmitterSlot* slot = own_slot(false)) {
@@ -118,7 +118,7 @@ void Pipeline::assist() {
   process_queued(false);
 }
 
-void Pipeline::complete_submitted() {
+void Pipeline::end_read_batch() {
   if (config_.run_to_completion)
     process_queued(true);
   else if (SubmitterSlot* slot = own_slot(false))

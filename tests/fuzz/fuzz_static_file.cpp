@@ -1,13 +1,15 @@
 // The static SA/policy file parser on arbitrary text. It must never crash; it must
 // return a config or errors, never both; every error must name the file and a line; and
-// a config that parses must load into the SAD and SPD as it stands and survive the
+// a config that parses must hold SAs the daemon's SA table can install (SPI not 0, in or
+// out, one per (SPI, destination)), load into the SPD as it stands and survive the
 // writer: parse(to_text(x)) == x.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string_view>
 
-#include "xfrm/sad.h"
+#include "xfrm/sad_entry.h"
 #include "xfrm/spd.h"
 #include "xfrm/static_file.h"
 
@@ -24,9 +26,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const xfrm::StaticConfig& config = *result.config;
   // Whatever the parser accepts, the models accept too: it checks the same invariants.
-  xfrm::Sad sad;
+  std::set<xfrm::SaId> ids;
   for (const auto& sa : config.sas)
-    if (!sad.add(sa)) abort();
+    if (sa.config.spi == 0 ||
+        (sa.direction != xfrm::Direction::out && sa.direction != xfrm::Direction::in) ||
+        !ids.insert(xfrm::sa_id_of(sa)).second)
+      abort();
   xfrm::Spd spd;
   for (const auto& policy : config.policies)
     if (!spd.add(policy)) abort();

@@ -63,7 +63,7 @@ TEST(PipelineConcurrent, RunToCompletionLosesNothingLeftUncompletedOrBeyondTheSl
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, t] {
         submit_tagged(pipeline, channel, static_cast<uint32_t>(t), 0, kPerThread);
-        // No complete_submitted(): the packets wait for this thread, which stops.
+        // No end_read_batch(): the packets wait for this thread, which stops.
       });
     for (auto& t : threads) t.join();
     EXPECT_FALSE(pipeline.idle()) << "packets left in a stopped thread's slot count as work";
@@ -89,14 +89,14 @@ TEST(PipelineConcurrent, WorkersTakeAReadersPacketsABatchAtATime) {
     auto channel = gcm_outbound(pipeline, sink, 0x400);
     auto submit = [&](int first, int count) { submit_tagged(pipeline, channel, 0, first, count); };
     std::thread reader([&] {
-      pipeline.hand_over_in_batches();
+      pipeline.register_reader();
       submit(0, 40);
       ASSERT_TRUE(wait_for([&] { return sink.count() == 32; }, std::chrono::seconds(10)));
       // Nobody but this thread can hand over the other 8 before it completes its batch.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       EXPECT_EQ(sink.count(), 32u);
       EXPECT_FALSE(pipeline.idle());
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
       ASSERT_TRUE(wait_for([&] { return sink.count() == 40; }, std::chrono::seconds(10)));
       submit(40, 5);  // and stops without completing
     });

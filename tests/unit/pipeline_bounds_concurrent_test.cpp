@@ -156,9 +156,9 @@ TEST(PipelineConcurrent, AReaderWaitsForRoomOnAFullSaInsteadOfDropping) {
     Pipeline pipeline(config);
     auto channel = gcm_outbound(pipeline, sink, 0x6C0);
     std::thread reader([&] {
-      pipeline.hand_over_in_batches();
+      pipeline.register_reader();
       submit_tagged(pipeline, channel, 0, 1, kPackets);
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
     });
     // The reader has filled the SA and waits; nothing is dropped meanwhile.
     ASSERT_TRUE(wait_for([&] { return pipeline.room_waits() != 0; }, std::chrono::seconds(10)));
@@ -194,10 +194,10 @@ TEST(PipelineConcurrent, AReaderGivesUpWaitingForRoomAfterTheLimit) {
     Pipeline pipeline(config);
     auto channel = gcm_outbound(pipeline, sink, 0x6C1);
     std::thread reader([&] {
-      pipeline.hand_over_in_batches();
+      pipeline.register_reader();
       submit_tagged(pipeline, channel, 0, 1, kBound);
       // The worker holds them all (one batch): the reader has nothing to help with.
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
       ASSERT_TRUE(wait_for([&] { return held.load() != 0; }, std::chrono::seconds(10)));
       Packet* p = acquire_blocking(pipeline);
       ASSERT_TRUE(p->buffer.assign(tagged_packet(0, kBound + 1)));
@@ -205,7 +205,7 @@ TEST(PipelineConcurrent, AReaderGivesUpWaitingForRoomAfterTheLimit) {
       EXPECT_EQ(pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit),
                 esp::DropReason::queue_full);
       EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
     });
     reader.join();
     EXPECT_EQ(pipeline.room_waits(), 1u);
@@ -239,15 +239,15 @@ TEST(PipelineConcurrent, AReaderDropsAtTheBoundOfAnSaThatStillDelivers) {
     Pipeline pipeline(config);
     auto channel = gcm_outbound(pipeline, sink, 0x6C2);
     std::thread reader([&] {
-      pipeline.hand_over_in_batches();
+      pipeline.register_reader();
       for (uint32_t i = 1; i <= kPackets; ++i) {
         Packet* p = acquire_blocking(pipeline);
         EXPECT_TRUE(p->buffer.assign(tagged_packet(0, i)));
         const auto reason = pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit);
         EXPECT_TRUE(reason == esp::DropReason::none || reason == esp::DropReason::queue_full);
-        if (i % 32 == 0) pipeline.complete_submitted();
+        if (i % 32 == 0) pipeline.end_read_batch();
       }
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
     });
     reader.join();
     pipeline.wait_idle();
@@ -292,7 +292,7 @@ TEST(PipelineConcurrent, ReadersSubmittingAtOnceNeverPassAnEcmpGroupsBound) {
       std::vector<std::thread> readers;
       for (int r = 0; r < kReaders; ++r) {
         readers.emplace_back([&, r] {
-          pipeline.hand_over_in_batches();
+          pipeline.register_reader();
           // Both start together, so that they meet at the bound.
           ready.fetch_add(1);
           while (ready.load() < kReaders) {
@@ -305,7 +305,7 @@ TEST(PipelineConcurrent, ReadersSubmittingAtOnceNeverPassAnEcmpGroupsBound) {
                 esp::DropReason::none)
               admitted.fetch_add(1);
           }
-          pipeline.complete_submitted();
+          pipeline.end_read_batch();
         });
       }
       for (auto& reader : readers) reader.join();

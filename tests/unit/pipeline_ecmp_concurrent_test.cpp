@@ -178,7 +178,7 @@ void run_flows_through_membership_changes(bool run_to_completion, uint32_t reade
     std::vector<std::thread> reader_threads;
     for (uint32_t r = 0; r < readers; ++r) {
       reader_threads.emplace_back([&, r] {
-        if (!run_to_completion) pipeline.hand_over_in_batches();
+        if (!run_to_completion) pipeline.register_reader();
         const uint32_t own_flows = kFlows / readers;
         for (int i = 0; i < kMinPackets / static_cast<int>(readers) || !changes_done.load(); ++i) {
           const uint32_t flow = r + readers * (static_cast<uint32_t>(i) % own_flows);
@@ -194,15 +194,15 @@ void run_flows_through_membership_changes(bool run_to_completion, uint32_t reade
           esp::DropReason reason;
           while ((reason = pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit)) ==
                  esp::DropReason::queue_full) {
-            pipeline.complete_submitted();
+            pipeline.end_read_batch();
             std::this_thread::yield();
             p = acquire_blocking(pipeline);
             p->buffer.assign(tagged_packet(flow, sent[flow]));
           }
           EXPECT_EQ(reason, esp::DropReason::none);
-          if (i % 16 == 15) pipeline.complete_submitted();
+          if (i % 16 == 15) pipeline.end_read_batch();
         }
-        pipeline.complete_submitted();
+        pipeline.end_read_batch();
       });
     }
     std::mt19937 random(3);

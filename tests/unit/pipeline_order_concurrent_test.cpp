@@ -75,7 +75,7 @@ void run_outbound(bool run_to_completion, bool shared = false) {
         // Each producer gets kPerProducerPerSa packets accepted on every SA; a refusal
         // (queue-full, counted) makes it back off briefly, like a reader that drops.
         // Like the daemon's readers, it hands its packets to the workers in batches.
-        pipeline.hand_over_in_batches();
+        pipeline.register_reader();
         std::vector<int> done(kSas, 0);
         for (int remaining = kSas; remaining > 0;) {
           remaining = 0;
@@ -92,11 +92,11 @@ void run_outbound(bool run_to_completion, bool shared = false) {
               attempts_refused.fetch_add(1);
               // A reader finishes its batch when it has to drop: without workers, the
               // SA's packets in flight leave only when a producer completes them.
-              pipeline.complete_submitted();
+              pipeline.end_read_batch();
               std::this_thread::sleep_for(std::chrono::microseconds(20));
             }
           }
-          pipeline.complete_submitted();
+          pipeline.end_read_batch();
         }
       });
     }
@@ -232,7 +232,7 @@ void run_inbound(const InboundScenario& scenario) {
   std::vector<std::thread> readers;
   for (int r = 0; r < 2; ++r) {
     readers.emplace_back([&, r] {
-      pipeline->hand_over_in_batches();  // completes every read batch below
+      pipeline->register_reader();  // completes every read batch below
       std::vector<size_t> position(kSas, 0);
       for (bool more = true; more;) {
         more = false;
@@ -242,7 +242,7 @@ void run_inbound(const InboundScenario& scenario) {
             ASSERT_TRUE(p->buffer.assign(wire[s][position[s]++]));
             pipeline->submit_inbound(p);
           }
-          pipeline->complete_submitted();  // the end of a read batch
+          pipeline->end_read_batch();  // the end of a read batch
           more |= position[s] < wire[s].size();
         }
       }

@@ -83,14 +83,14 @@ void run_inbound_rekeys(bool slow_sink) {
           std::make_shared<esp::InboundSa>(sa_config, crypto::ipsec_mb_backend()), sink, previous));
     }
     std::thread reader([&] {
-      pipeline.hand_over_in_batches();
+      pipeline.register_reader();
       for (size_t i = 0; i < wire.size(); ++i) {
         Packet* p = acquire_blocking(pipeline);
         p->buffer.assign(wire[i]);
         EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
-        if (i % 16 == 15) pipeline.complete_submitted();
+        if (i % 16 == 15) pipeline.end_read_batch();
       }
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
     });
     reader.join();
     pipeline.wait_idle();
@@ -175,14 +175,14 @@ uint64_t run_rekey_script(
   pipeline.add_inbound(std::make_shared<esp::InboundSa>(new_config, crypto::ipsec_mb_backend()),
                        lan, std::span(&old_channel, 1));
   std::thread reader([&] {
-    pipeline.hand_over_in_batches();
+    pipeline.register_reader();
     script([&](const Wire& wire) {
       for (const auto& bytes : wire) {
         Packet* p = acquire_blocking(pipeline);
         p->buffer.assign(bytes);
         EXPECT_EQ(pipeline.submit_inbound(p), esp::DropReason::none);
       }
-      pipeline.complete_submitted();
+      pipeline.end_read_batch();
     });
   });
   reader.join();

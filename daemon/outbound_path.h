@@ -1,0 +1,86 @@
+// The outbound data path, LAN to WAN:
+//
+//   read_tun / read_tun_offload   read a frame from a TUN queue (offload: cut TCP
+//                                 super-packets into segments)
+//   submit                        classify (flow key), look up (SPD -> reqid -> SA group ->
+//                                 the flow's SA), hand to the pipeline, which seals and
+//                                 orders each SA's packets
+//   PeerSink                      an SA's sealed packets, in order, to its peer
+//   WanBatchSender                one send per batch on the WAN socket, whatever the SAs
+//
+// The readers never take the gateway's control lock: they read the published
+// OutboundLookup snapshot, once per packet.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "daemon/gateway_counters.h"
+#include "daemon/outbound_lookup.h"
+#include "esp/security_association.h"
+#include "io/tun_device.h"
+#include "io/wan_socket.h"
+#include "pipeline/pipeline.h"
+
+namespace espgw::daemon {
+
+class OutboundPath {
+ public:
+  // `segment_limit`: the largest segment a TUN super-packet is cut into (MtuTracker).
+  // The readers run while `running` holds.
+  OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipeline,
+               const PublishedOutboundLookup& lookup, const std::atomic<unsigned>& segment_limit,
+               GatewayCounters& counters, uint64_t flow_seed, const std::atomic<bool>& running);
+
+  // A TUN queue's reader thread, without and with offloads (virtio-net header).
+  void read_tun(unsigned queue);
+  void read_tun_offload(unsigned queue);
+
+ private:
+  // One inner packet: classify, look up, submit (or count the drop and free it).
+  void submit(pipeline::Packet* packet, const OutboundLookup& lookup);
+
+  const io::TunDevice& tun_;
+  pipeline::Pipeline& pipeline_;
+  const PublishedOutboundLookup& lookup_;
+  const std::atomic<unsigned>& segment_limit_;
+  GatewayCounters& counters_;
+  const uint64_t flow_seed_;
+  const std::atomic<bool>& running_;
+};
+
+// Sends the ESP packets of every SA that leaves through one WAN socket. A worker's batch
+// that holds packets of many SAs (flows hashed over an ECMP group, many tunnels) goes out
+// in one send: one sendmmsg, and with UDP GSO one buffer per run of equal-size packets to
+// one peer, whichever SAs they belong to.
+class WanBatchSender final : public pipeline::SharedSink {
+ public:
+  WanBatchSender(io::WanSocket& socket, GatewayCounters& counters)
+      : socket_(socket), counters_(counters) {}
+  void deliver_together(std::span<const pipeline::ChannelDelivery> deliveries) override;
+
+ private:
+  io::WanSocket& socket_;
+  GatewayCounters& counters_;
+};
+
+// One outbound SA's sink: its peer's address; the packets go out through the socket's
+// WanBatchSender.
+class PeerSink final : public pipeline::PacketSink {
+ public:
+  PeerSink(WanBatchSender& sender, const esp::SaConfig& sa);
+  void deliver(std::span<pipeline::Packet* const> packets) override;
+  pipeline::SharedSink* shared() override { return &sender_; }
+  const sockaddr_storage& peer() const { return peer_; }
+  socklen_t peer_length() const { return peer_length_; }
+
+ private:
+  WanBatchSender& sender_;
+  sockaddr_storage peer_{};
+  socklen_t peer_length_ = 0;
+};
+
+}  // namespace espgw::daemon
