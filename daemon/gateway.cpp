@@ -114,7 +114,7 @@ Gateway::Gateway(GatewayConfig config)
       config_.run_to_completion ? kAutoQueueDelayTarget : std::chrono::microseconds(0));
   inbound.queue_delay_interval = config_.queue_delay_interval;
   inbound_path_ = std::make_unique<InboundPath>(
-      inbound, *pipeline_, counters_,
+      inbound, *pipeline_,
       [this](std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port) {
         deliver_ike(ike, peer, local_port);
       },

@@ -26,11 +26,10 @@ constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
 
 }  // namespace
 
-InboundPath::InboundPath(Settings settings, pipeline::Pipeline& pipeline, GatewayCounters& counters,
-                         IkeReceiver receive_ike, const std::atomic<bool>& running)
+InboundPath::InboundPath(Settings settings, pipeline::Pipeline& pipeline, IkeReceiver receive_ike,
+                         const std::atomic<bool>& running)
     : settings_(settings),
       pipeline_(pipeline),
-      counters_(counters),
       receive_ike_(std::move(receive_ike)),
       running_(running) {}
 

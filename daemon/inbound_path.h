@@ -57,8 +57,8 @@ class InboundPath {
     std::chrono::microseconds queue_delay_interval{0};
   };
   // The readers run while `running` holds.
-  InboundPath(Settings settings, pipeline::Pipeline& pipeline, GatewayCounters& counters,
-              IkeReceiver receive_ike, const std::atomic<bool>& running);
+  InboundPath(Settings settings, pipeline::Pipeline& pipeline, IkeReceiver receive_ike,
+              const std::atomic<bool>& running);
 
   // A WAN socket's reader thread. `name`: the thread's name, as its socket appears in the
   // stats ("udp0", "raw").
@@ -67,7 +67,6 @@ class InboundPath {
  private:
   const Settings settings_;
   pipeline::Pipeline& pipeline_;
-  GatewayCounters& counters_;
   IkeReceiver receive_ike_;
   const std::atomic<bool>& running_;
 };
