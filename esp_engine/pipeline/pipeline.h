@@ -143,7 +143,7 @@ class Pipeline {
 
   // The end of a read batch. Run to completion: processes, in this thread, every packet
   // this thread submitted so far and whatever waits in the shared queue. With workers:
-  // hands this thread's batch to them, if it collects one (register_reader). A
+  // hands this thread's batch to them, if it collects one (it called register_reader). A
   // submitting thread must call it after each batch it read and before it waits for
   // anything: until then its packets wait for it.
   void end_read_batch();
