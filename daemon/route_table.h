@@ -13,7 +13,7 @@
 #include "esp/ip_address.h"
 #include "xfrm/fail_closed_routes.h"
 #include "xfrm/netlink.h"
-#include "xfrm/spd.h"
+#include "xfrm/policy.h"
 
 namespace espgw::daemon {
 
