@@ -21,6 +21,14 @@ using namespace netlink_detail;
 
 namespace {
 
+// The ifinfomsg every link request starts with, naming the link by index.
+ifinfomsg* put_link_header(nlmsghdr* request, uint32_t index) {
+  auto* link = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
+  link->ifi_family = AF_UNSPEC;
+  link->ifi_index = static_cast<int>(index);
+  return link;
+}
+
 struct LinkReply {
   bool seen = false;
   uint32_t mtu = 0;
@@ -68,9 +76,7 @@ Result RtNetlink::set_link_flags(std::string_view interface, bool up) {
 
   RequestBuffer buffer;
   nlmsghdr* request = start_request(buffer, RTM_NEWLINK, 0);
-  auto* link = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
-  link->ifi_family = AF_UNSPEC;
-  link->ifi_index = static_cast<int>(index);
+  ifinfomsg* link = put_link_header(request, index);
   link->ifi_change = IFF_UP;  // touch only IFF_UP, leave every other flag as it is
   link->ifi_flags = up ? IFF_UP : 0;
   return transact(request, what);
@@ -83,9 +89,7 @@ Result RtNetlink::set_mtu(std::string_view interface, uint32_t mtu) {
 
   RequestBuffer buffer;
   nlmsghdr* request = start_request(buffer, RTM_NEWLINK, 0);
-  auto* link = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
-  link->ifi_family = AF_UNSPEC;
-  link->ifi_index = static_cast<int>(index);
+  put_link_header(request, index);
   mnl_attr_put_u32(request, IFLA_MTU, mtu);
   return transact(request, what);
 }
@@ -100,9 +104,7 @@ MtuResult RtNetlink::link_mtu(std::string_view interface) {
 MtuResult RtNetlink::link_mtu_by_index(uint32_t index, const std::string& what) {
   RequestBuffer buffer;
   nlmsghdr* request = start_request(buffer, RTM_GETLINK, 0);
-  auto* link = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(request, sizeof(ifinfomsg)));
-  link->ifi_family = AF_UNSPEC;
-  link->ifi_index = static_cast<int>(index);
+  put_link_header(request, index);
   // Statistics are most of an RTM_GETLINK reply and we only want the MTU.
   mnl_attr_put_u32(request, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
 
