@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Isolation under attack (docs/security.md): 10^6 hostile datagrams (tests/netns/storm.py:
+# Isolation under attack (docs/security_isolation.md): 10^6 hostile datagrams (tests/netns/storm.py:
 # random bytes, forged ESP on the real SPI, unknown SPIs, truncated headers, IKE-marker
 # garbage, keepalives, oversized datagrams, garbage to UDP 500) at gwB of the netns
 # topology of tests/netns/lib.sh (static SAs, ESP in UDP, 2 workers per gateway; gwB with

@@ -53,7 +53,7 @@ struct GatewayConfig {
   uint16_t ike_port = 500;  // 0: no IKE socket (NAT-T port only)
   // IKE datagrams passed to charon, per second from one source address and in all
   // (`ike-rate-limit = PER-SOURCE GLOBAL`; 0: no limit); more are dropped and counted as
-  // ike-rate-limited (daemon/ike_rate_limiter.h, docs/security.md).
+  // ike-rate-limited (daemon/ike_rate_limiter.h, docs/security_control_events.md).
   uint32_t ike_rate_per_source = 5000;
   uint32_t ike_rate_global = 20000;
   // charon asks for a 32-packet replay window by default (like the kernel). Packets that
@@ -106,7 +106,7 @@ struct GatewayConfig {
   std::optional<unsigned> lan_mtu;
   // A core dump of espgw holds every SA's expanded key. Unless this is set, espgw makes
   // itself non-dumpable (PR_SET_DUMPABLE 0, which also keeps other users' ptrace and
-  // /proc/PID/mem out) and sets its core size limit to 0 at start (docs/security.md).
+  // /proc/PID/mem out) and sets its core size limit to 0 at start (docs/security_keys.md).
   bool allow_core_dumps = false;
   LogLevel log_level = LogLevel::info;
   std::chrono::seconds stats_interval{0};  // 0: no periodic counter log

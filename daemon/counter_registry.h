@@ -1,7 +1,7 @@
 // Every counter espgw reports, each declared once: its name, what it counts, and where it
 // is read from. The periodic log lines (Gateway::log_counters), the status
 // (Gateway::status, the control socket's `stats` and `list-sas`), espgwctl's tables and
-// JSON, and the counter table of docs/gateway.md (checked by a unit test) all take their
+// JSON, and the counter table of docs/counters.md (checked by a unit test) all take their
 // names from these tables; the engine's drop reasons come from esp/drop_reason.h.
 //
 // The tables describe storage, they do not sit in front of it: the data path updates its
@@ -169,7 +169,7 @@ void read_wan_counters(const std::string& prefix, bool udp, const io::WanReceive
 // the tests add those lines up.
 std::string format_counters(const NamedCounters& counters, std::string_view empty = "");
 
-// One row per counter, for docs/gateway.md's counter table (a unit test compares them): its
+// One row per counter, for docs/counters.md's counter table (a unit test compares them): its
 // family ("stats" for the top of `stats`, another section of `stats`, "wan-socket" for the
 // per-socket counters of its wan section, "sa", "drop-reason", "workers") and its name.
 struct CounterDoc {

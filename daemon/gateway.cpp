@@ -198,7 +198,7 @@ void Gateway::steer_tun_receive() {
     if (config_.tun_rps) throw std::runtime_error("tun-rps = yes: " + result.error);
     log(LogLevel::warn,
         "%s: receive steering (RPS) not set: %s; the kernel may reorder a flow's packets "
-        "that different workers wrote (docs/gateway.md)",
+        "that different workers wrote (docs/gateway_tun.md)",
         tun_->name().c_str(), result.error.c_str());
     tun_rps_state_ = "not set: " + result.error;
     return;

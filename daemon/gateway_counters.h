@@ -1,7 +1,7 @@
 // The gateway's own counters: drops it decides before a packet reaches an SA, and events
 // that are not drops. Each is declared once, in ESPGW_GATEWAY_COUNTERS, which expands into
 // the storage below and into the registry's table (daemon/counter_registry.h) that the
-// periodic log, the status, espgwctl and docs/gateway.md take their names from.
+// periodic log, the status, espgwctl and docs/counters.md take their names from.
 #pragma once
 
 #include <atomic>

@@ -2,7 +2,7 @@
 // per source address and one for all of them. A flood of IKE (or of anything with the
 // non-ESP marker on port 4500) would otherwise go to charon at the rate the WAN readers
 // can read it, filling the event connection that also carries the SA expiries charon
-// must see to rekey (docs/security.md, "Control events").
+// must see to rekey (docs/security_control_events.md).
 //
 // The per-source buckets live in a fixed table indexed by a keyed hash of the address, so
 // a flood from spoofed sources costs no memory; two sources that share a bucket share its

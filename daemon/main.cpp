@@ -35,7 +35,7 @@ void usage() {
 // --release: opens the protected destinations again after espgw stopped for good. espgw
 // leaves its fail-closed routes and its nftables table behind on purpose (SIGTERM, crash),
 // so that nothing leaves in clear while it is not running; this removes them, for the
-// instance of CONFIG_FILE's tun-name (docs/security.md, "Fail closed").
+// instance of CONFIG_FILE's tun-name (docs/security_fail_closed.md).
 int release_fail_closed(const GatewayConfig& config) {
   if (if_nametoindex(config.tun_name.c_str()) != 0) {
     std::fprintf(stderr, "espgw --release: %s exists, so espgw is running; stop it first\n",

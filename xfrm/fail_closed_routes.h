@@ -11,7 +11,7 @@
 // [ipproto P] [sport] [dport] lookup main"): bypass traffic is routed as it would be
 // without espgw, whatever espgw's table says, also while espgw is down.
 // None of these is removed on SIGTERM or by a crash: only when no policy needs them any
-// more, or by `espgw --release`. docs/security.md, "Fail closed".
+// more, or by `espgw --release`. docs/security_fail_closed.md.
 #pragma once
 
 #include <cstdint>

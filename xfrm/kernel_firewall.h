@@ -17,7 +17,7 @@
 // packet towards a fail-closed prefix (xfrm/fail_closed_routes.h) that would leave through
 // another device is dropped. The table outlives espgw (SIGTERM, crash) and is rewritten
 // whole, in one nft transaction, whenever the policies change; `espgw --release` removes
-// it. docs/security.md, "Inbound policy enforcement".
+// it. docs/security_fail_closed.md, "Inbound policy enforcement".
 #pragma once
 
 #include <memory>

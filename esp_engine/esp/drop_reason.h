@@ -9,7 +9,7 @@
 namespace espgw::esp {
 
 // The reasons, each declared once: X(symbol, name, help). The list expands into the enum,
-// the name table (log lines, status, espgwctl) and the help table (docs/gateway.md, which a
+// the name table (log lines, status, espgwctl) and the help table (docs/counters.md, which a
 // unit test checks against it).
 #define ESPGW_DROP_REASONS(X)                                                                      \
   X(too_short, "too-short", "shorter than the smallest valid packet at that layer")                \

@@ -32,7 +32,7 @@ class QueueDelayGate {
   // reader descheduled each time) read as a delay that stood all along, and the second
   // was dropped. Only an interval's emptiness counts: under load an inline reader
   // empties the socket with most reads and it refills at once, and resetting on every
-  // empty read left the gate nearly idle (the socket overflowed instead; docs/gateway.md).
+  // empty read left the gate nearly idle (the socket overflowed instead; docs/gateway_wan.md).
   bool should_drop(uint64_t sojourn_ns, uint64_t now_ns, bool left_empty);
 
   bool dropping() const { return dropping_; }

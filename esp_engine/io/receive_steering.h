@@ -7,7 +7,7 @@
 // bridge port queues each packet on the sending CPU's backlog, and a NIC picks its
 // transmit queue by CPU (XPS). With RPS the write only queues the packet on the backlog of
 // one CPU chosen by the flow's hash, in the order of the writes, and the kernel forwards
-// it from there (docs/gateway.md, "Order after the TUN write").
+// it from there (docs/gateway_tun.md, "Order after the TUN write").
 #pragma once
 
 #include <sched.h>

@@ -129,7 +129,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     // Touched (zeroed) here, all of it: left as virtual memory, the pages came in one by
     // one as coalesced runs and oversized datagrams wrote into them, and a storm of
     // datagrams of up to 64 KB grew the daemon's RSS by the whole region over the first
-    // minutes of attack (5 MiB, +15%, with two readers; docs/security.md). An attacker
+    // minutes of attack (5 MiB, +15%, with two readers; docs/security_isolation.md). An attacker
     // should not be able to move the gateway's memory: it is resident from the first
     // receive on, and flat after it.
     scratch_ = std::make_unique<uint8_t[]>(count * kScratchPerMessage);

@@ -266,7 +266,7 @@ print(" ".join(f"{k}={v}" for k, v in counts.items() if v != 0) or "none")'
 
 # How often a gateway's readers waited for packets in flight so that a flow did not
 # overtake itself when it changed SA (an outbound group changed, a rekeyed inbound SA's
-# first packet): docs/pipeline.md, "ECMP groups".
+# first packet): docs/pipeline_ecmp.md, docs/pipeline_rekey_order.md.
 pipeline_fences() {  # pipeline_fences SIDE
   espgwctl_on "$1" --json status | /usr/bin/python3 -c '
 import json, sys
@@ -454,7 +454,7 @@ run_restart() {
   check "espgw removed the stale SAs when a new charon attached" wait_until 10 sas_equal a 0
   check "and the stale route" wait_until 5 no_route a 10.2.0.0
   # Until the new charon installs its policies again, the destination stays closed
-  # (docs/security.md, "Fail closed"): the route through espgw0 went, the prohibit stays.
+  # (docs/security_fail_closed.md): the route through espgw0 went, the prohibit stays.
   check "10.2.0.0/16 stays prohibited while no charon has installed its policy" \
     fail_closed_route a 10.2.0.0/16
   load_swanctl a

@@ -1,5 +1,5 @@
 // The two pieces that keep charon's events flowing under attack or while charon is away
-// (docs/security.md, "Control events"): the IKE rate limiter in front of the event
+// (docs/security_control_events.md): the IKE rate limiter in front of the event
 // connection, and the queue of SA expiries that found no charon.
 #include <gtest/gtest.h>
 

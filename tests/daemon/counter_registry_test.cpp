@@ -1,5 +1,5 @@
 // The counter registry: names unique where they share a namespace, and the counter table of
-// docs/gateway.md exactly the registry's (family, name, meaning), so that the documentation
+// docs/counters.md exactly the registry's (family, name, meaning), so that the documentation
 // cannot drift from what the log, the status and espgwctl show.
 #include "daemon/counter_registry.h"
 
@@ -19,7 +19,7 @@ using Row = std::tuple<std::string, std::string, std::string>;
 
 // "| `family` | `name` | meaning |" rows between the counter table's marker comments.
 std::vector<Row> documented_rows() {
-  std::ifstream file(std::string(ESPGW_SOURCE_DIR) + "/docs/gateway.md");
+  std::ifstream file(std::string(ESPGW_SOURCE_DIR) + "/docs/counters.md");
   std::vector<Row> rows;
   bool inside = false;
   for (std::string line; std::getline(file, line);) {
@@ -58,13 +58,13 @@ TEST(CounterRegistryTest, NamesAreUniqueWithinEachFamily) {
         << counter.family << " " << counter.name;
 }
 
-TEST(CounterRegistryTest, DocsGatewayMdListsEveryCounterWithItsMeaning) {
+TEST(CounterRegistryTest, DocsCountersMdListsEveryCounterWithItsMeaning) {
   std::vector<Row> registry;
   for (const auto& c : all_counters())
     registry.emplace_back(std::string(c.family), std::string(c.name), std::string(c.help));
   const std::vector<Row> documented = documented_rows();
   EXPECT_EQ(documented, registry)
-      << "docs/gateway.md's counter table (between its `<!-- counters: begin` and `end` "
+      << "docs/counters.md's counter table (between its `<!-- counters: begin` and `end` "
          "markers) must read:\n"
       << markdown(registry);
 }

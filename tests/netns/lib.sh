@@ -226,7 +226,7 @@ espgw_routes() {  # espgw_routes NS
 }
 
 # stop_gateway NS SIDE: SIGTERM, then the TUN device and the routes through it are gone,
-# and the fail-closed (prohibit) routes and the nftables table stay (docs/security.md).
+# and the fail-closed (prohibit) routes and the nftables table stay (docs/security_fail_closed.md).
 stop_gateway() {
   local ns=$1 side=$2 pid routes
   eval "pid=\$PID_$side"

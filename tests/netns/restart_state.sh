@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What survives an espgw restart (docs/security.md, "Nonces" and "Replay protection"), with
+# What survives an espgw restart (docs/security_nonces.md), with
 # static SAs over ESP in UDP in the four-namespace topology of tests/netns/lib.sh:
 #
 #   - gwA restarted cleanly (SIGTERM), killed (kill -9) and reloaded with a changed

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by tests/netns/site_to_site.sh: scenario failclosed.
-# --- Scenario failclosed (docs/security.md, "Fail closed", "Inbound policy enforcement") ---
+# --- Scenario failclosed (docs/security_fail_closed.md) ---
 # gwA's default route points at the WAN, so a protected packet that finds no route into
 # the tunnel would leave in clear. lanB also answers on 10.2.99.2, which both gateways
 # bypass (in clear, both ways).

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by tests/netns/site_to_site.sh: scenario storm.
-# Scenario storm (docs/security.md, "Isolation under attack"): 50,000 hostile datagrams
+# Scenario storm (docs/security_isolation.md): 50,000 hostile datagrams
 # at gwB's ports 4500 and 500 (tests/netns/storm.py: random bytes, forged ESP on the real
 # SPI with numbers ahead, unknown SPIs, truncated headers, IKE-marker garbage, keepalives,
 # oversized datagrams, garbage to 500) at 25,000/s, twice, while lanA pings lanB. gwB must
