@@ -162,6 +162,14 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
     udp.destination_port = static_cast<uint16_t>(reader.number("dst-port", 1, 65535));
     config.udp_encapsulation = udp;
   }
+  // The CHILD_SA's copy_dscp, copy_ecn and copy_df; absent (an older plugin): charon's
+  // defaults, out, yes and yes.
+  if (const std::string* dscp = request.value("copy-dscp"))
+    if (!esp::parse_dscp_copy(*dscp, config.outer_header))
+      reader.fail("'copy-dscp' must be out, in, yes or no");
+  if (request.value("copy-ecn")) config.outer_header.copy_ecn = reader.flag("copy-ecn");
+  if (request.value("copy-df") && !reader.flag("copy-df"))
+    config.outer_header.dont_fragment = esp::OuterHeaderPolicy::DontFragment::clear;
   entry.lifetimes.soft_bytes = reader.optional_number("soft-bytes");
   entry.lifetimes.hard_bytes = reader.optional_number("hard-bytes");
   entry.lifetimes.soft_packets = reader.optional_number("soft-packets");

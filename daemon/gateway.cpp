@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <system_error>
 
 #include "daemon/counter_log.h"
 #include "daemon/log.h"
@@ -266,7 +267,18 @@ void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) 
 WanBatchSender& Gateway::sender_for(const esp::SaConfig& sa) {
   io::WanSocket& socket = socket_for(sa);
   std::unique_ptr<WanBatchSender>& sender = sa.udp_encapsulation ? udp_sender_ : raw_sender_;
-  if (!sender) sender = std::make_unique<WanBatchSender>(socket, counters_);
+  if (!clear_df_sender_tried_) {
+    clear_df_sender_tried_ = true;
+    try {
+      clear_df_sender_ = std::make_unique<io::Ipv4HeaderSender>();
+    } catch (const std::system_error& e) {
+      log(LogLevel::warn,
+          "%s: IPv4 packets whose SA clears the outer DF bit (copy_df) are sent with DF set "
+          "(counter outer-df-kept)",
+          e.what());
+    }
+  }
+  if (!sender) sender = std::make_unique<WanBatchSender>(socket, clear_df_sender_.get(), counters_);
   return *sender;
 }
 

@@ -156,6 +156,10 @@ class Gateway {
   // One raw ESP socket is enough: every raw socket of the protocol gets a copy of every
   // packet, so a second would only double the work.
   std::unique_ptr<io::WanSocket> raw_socket_;
+  // IPv4 packets whose outer DF bit is clear, with a header espgw writes (both senders
+  // use it); null where the raw socket could not be made.
+  std::unique_ptr<io::Ipv4HeaderSender> clear_df_sender_;
+  bool clear_df_sender_tried_ = false;
   // What sends through udp_sockets_.front() and raw_socket_: every SA's PeerSink, together.
   // Declared before pipeline_, which delivers through them until it is gone.
   std::unique_ptr<WanBatchSender> udp_sender_;

@@ -22,6 +22,9 @@ namespace espgw::daemon {
   X(ike_rate_limited, "ike-rate-limited", gateway_drops,                                      \
     "IKE over the rates of `ike-rate-limit`, never passed to charon")                         \
   X(wan_send_failed, "wan-send-failed", gateway_drops, "ESP packets the WAN socket refused")  \
+  X(outer_df_kept, "outer-df-kept", wan,                                                      \
+    "not a drop: IPv4 packets sent with DF set although their SA asked for it clear (no "     \
+    "raw socket: espgw lacks CAP_NET_RAW)")                                                   \
   X(tun_write_failed, "tun-write-failed", gateway_drops,                                      \
     "decrypted packets the TUN device refused")                                               \
   X(tun_bad_offload, "tun-bad-offload", gateway_drops, "a TUN frame the segmenter refused")   \

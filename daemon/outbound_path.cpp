@@ -201,7 +201,11 @@ void OutboundPath::submit(pipeline::Packet* packet, const OutboundLookup& lookup
 
 // --- 3. Write: to the SA's peer, one send per batch and socket ---
 
-PeerSink::PeerSink(WanBatchSender& sender, const esp::SaConfig& sa) : sender_(sender) {
+PeerSink::PeerSink(WanBatchSender& sender, const esp::SaConfig& sa)
+    : sender_(sender),
+      source_(sa.tunnel_source),
+      destination_(sa.tunnel_destination),
+      udp_(sa.udp_encapsulation) {
   const uint16_t port = sa.udp_encapsulation ? sa.udp_encapsulation->destination_port : 0;
   peer_length_ = io::WanSocket::make_peer(sa.tunnel_destination, port, peer_);
 }
@@ -212,10 +216,14 @@ void PeerSink::deliver(std::span<pipeline::Packet* const> packets) {
 }
 
 void WanBatchSender::deliver_together(std::span<const pipeline::ChannelDelivery> deliveries) {
+  // Packets leave in the order given: a run for one socket is sent before the next run
+  // for the other begins.
   std::array<io::Outgoing, pipeline::Pipeline::kWorkerBatch * 2> batch;
   size_t count = 0;
+  bool batch_clears_df = false;
   auto send = [&] {
-    const int sent = socket_.send({batch.data(), count});
+    const int sent = batch_clears_df ? clear_df_->send({batch.data(), count})
+                                     : socket_.send({batch.data(), count});
     if (static_cast<size_t>(sent) < count)
       counters_.wan_send_failed.fetch_add(count - static_cast<size_t>(std::max(sent, 0)),
                                           std::memory_order_relaxed);
@@ -224,10 +232,26 @@ void WanBatchSender::deliver_together(std::span<const pipeline::ChannelDelivery>
   for (const pipeline::ChannelDelivery& delivery : deliveries) {
     // Only PeerSinks name this sender as their shared sink.
     const auto& sink = static_cast<const PeerSink&>(*delivery.channel_sink);
-    for (const pipeline::Packet* packet : delivery.packets) {
-      if (count == batch.size()) send();
-      batch[count++] = {packet->buffer.data(), packet->buffer.size(), &sink.peer(),
-                        sink.peer_length()};
+    for (pipeline::Packet* packet : delivery.packets) {
+      const esp::PreparedEncap& outer = packet->encap;
+      bool clears_df = !outer.outer_dont_fragment && sink.ipv4();
+      if (clears_df && (!clear_df_ || packet->buffer.headroom() < io::kIpv4OuterRoom)) {
+        counters_.outer_df_kept.fetch_add(1, std::memory_order_relaxed);
+        clears_df = false;
+      }
+      if (count == batch.size() || (count != 0 && clears_df != batch_clears_df)) send();
+      batch_clears_df = clears_df;
+      if (!clears_df) {
+        batch[count++] = {packet->buffer.data(), packet->buffer.size(), &sink.peer(),
+                          sink.peer_length(), outer.outer_traffic_class};
+        continue;
+      }
+      const size_t esp_length = packet->buffer.size();
+      const uint8_t* header =
+          io::write_ipv4_outer_header(packet->buffer.data(), esp_length, sink.source(),
+                                      sink.destination(), sink.udp(), outer.outer_traffic_class);
+      batch[count++] = {header, static_cast<size_t>(packet->buffer.data() + esp_length - header),
+                        &sink.peer(), sink.peer_length(), 0};
     }
   }
   if (count != 0) send();

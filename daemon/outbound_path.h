@@ -16,11 +16,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "daemon/gateway_counters.h"
 #include "daemon/outbound_lookup.h"
 #include "esp/security_association.h"
+#include "io/ipv4_header_sender.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
@@ -56,14 +58,20 @@ class OutboundPath {
 // that holds packets of many SAs (flows hashed over an ECMP group, many tunnels) goes out
 // in one send: one sendmmsg, and with UDP GSO one buffer per run of equal-size packets to
 // one peer, whichever SAs they belong to.
+// Sends the packets of every SA on one WAN socket, with the outer traffic class each
+// packet's SA chose. An IPv4 packet whose outer DF bit must be clear goes through
+// `clear_df` instead, with the outer header written here (the socket sets DF on all it
+// sends); without that sender (no CAP_NET_RAW) it keeps DF, counted.
 class WanBatchSender final : public pipeline::SharedSink {
  public:
-  WanBatchSender(io::WanSocket& socket, GatewayCounters& counters)
-      : socket_(socket), counters_(counters) {}
+  WanBatchSender(io::WanSocket& socket, const io::Ipv4HeaderSender* clear_df,
+                 GatewayCounters& counters)
+      : socket_(socket), clear_df_(clear_df), counters_(counters) {}
   void deliver_together(std::span<const pipeline::ChannelDelivery> deliveries) override;
 
  private:
   io::WanSocket& socket_;
+  const io::Ipv4HeaderSender* clear_df_;
   GatewayCounters& counters_;
 };
 
@@ -76,11 +84,19 @@ class PeerSink final : public pipeline::PacketSink {
   pipeline::SharedSink* shared() override { return &sender_; }
   const sockaddr_storage& peer() const { return peer_; }
   socklen_t peer_length() const { return peer_length_; }
+  // What an outer IPv4 header written by espgw needs (WanBatchSender's DF-clear packets).
+  bool ipv4() const { return source_.family == 4; }
+  const esp::IpAddress& source() const { return source_; }
+  const esp::IpAddress& destination() const { return destination_; }
+  const std::optional<esp::UdpEncapsulation>& udp() const { return udp_; }
 
  private:
   WanBatchSender& sender_;
   sockaddr_storage peer_{};
   socklen_t peer_length_ = 0;
+  esp::IpAddress source_;
+  esp::IpAddress destination_;
+  std::optional<esp::UdpEncapsulation> udp_;
 };
 
 }  // namespace espgw::daemon

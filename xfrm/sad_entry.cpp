@@ -42,9 +42,9 @@ bool same_except_key(const SadEntry& a, const SadEntry& b) {
   return x.spi == y.spi && x.algorithm == y.algorithm && x.esn == y.esn &&
          x.tunnel_source == y.tunnel_source && x.tunnel_destination == y.tunnel_destination &&
          same_encapsulation(x.udp_encapsulation, y.udp_encapsulation) &&
-         x.replay_window == y.replay_window && same_selectors(x.selectors, y.selectors) &&
-         a.direction == b.direction && a.reqid == b.reqid && a.lifetimes == b.lifetimes &&
-         a.group_slot == b.group_slot;
+         x.replay_window == y.replay_window && x.outer_header == y.outer_header &&
+         same_selectors(x.selectors, y.selectors) && a.direction == b.direction &&
+         a.reqid == b.reqid && a.lifetimes == b.lifetimes && a.group_slot == b.group_slot;
 }
 
 }  // namespace espgw::xfrm

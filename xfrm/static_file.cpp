@@ -269,6 +269,27 @@ SadEntry parse_sa(Words& words) {
       sa.config.replay_window =
           static_cast<uint32_t>(number_in(word, words.value_for(word), 0, kMaxReplayWindow));
       have_replay_window = true;
+    } else if (word == "copy-dscp") {
+      words.once(word);
+      if (!esp::parse_dscp_copy(words.value_for(word), sa.config.outer_header))
+        fail("copy-dscp: must be out, in, yes or no");
+    } else if (word == "copy-ecn") {
+      words.once(word);
+      const std::string_view value = words.value_for(word);
+      if (value != "yes" && value != "no") fail("copy-ecn: must be yes or no");
+      sa.config.outer_header.copy_ecn = value == "yes";
+    } else if (word == "copy-df") {
+      words.once(word);
+      const std::string_view value = words.value_for(word);
+      using DontFragment = esp::OuterHeaderPolicy::DontFragment;
+      if (value == "yes")
+        sa.config.outer_header.dont_fragment = DontFragment::copy;
+      else if (value == "no")
+        sa.config.outer_header.dont_fragment = DontFragment::clear;
+      else if (value == "set")
+        sa.config.outer_header.dont_fragment = DontFragment::set;
+      else
+        fail("copy-df: must be yes, no or set");
     } else if (word == "reqid") {
       words.once(word);
       sa.reqid = static_cast<uint32_t>(number_in(word, words.value_for(word), 0, kMaxU32));

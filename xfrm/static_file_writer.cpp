@@ -42,6 +42,15 @@ void write_sa(std::string& out, const SadEntry& sa) {
     out += " udp " + std::to_string(c.udp_encapsulation->source_port) + ":" +
            std::to_string(c.udp_encapsulation->destination_port);
   if (sa.direction == Direction::in) append_number(out, "replay-window", c.replay_window);
+  // The outer-header settings, where they differ from the defaults.
+  const esp::OuterHeaderPolicy& outer = c.outer_header;
+  const esp::OuterHeaderPolicy defaults;
+  if (outer.copy_dscp_out != defaults.copy_dscp_out || outer.copy_dscp_in != defaults.copy_dscp_in)
+    out += outer.copy_dscp_out ? (outer.copy_dscp_in ? " copy-dscp yes" : " copy-dscp out")
+                               : (outer.copy_dscp_in ? " copy-dscp in" : " copy-dscp no");
+  if (!outer.copy_ecn) out += " copy-ecn no";
+  if (outer.dont_fragment == esp::OuterHeaderPolicy::DontFragment::clear) out += " copy-df no";
+  if (outer.dont_fragment == esp::OuterHeaderPolicy::DontFragment::set) out += " copy-df set";
   append_number(out, "reqid", sa.reqid);
   const Lifetimes& l = sa.lifetimes;
   const std::pair<std::string_view, uint64_t> limits[] = {

@@ -32,6 +32,9 @@ namespace espgw::esp {
   X(inner_not_ip, "inner-not-ip", "outbound packet is not IPv4 or IPv6")                           \
   X(too_big, "too-big", "ESP packet would exceed the 65535-byte IP length limit")                  \
   X(nat_keepalive, "nat-keepalive", "RFC 3948 0xFF keepalive: consumed, nothing to deliver")       \
+  X(ecn_not_capable, "ecn-not-capable",                                                            \
+    "congestion experienced on the outer header of a packet whose inner header is not "            \
+    "ECN-capable: RFC 6040 drops it, since its endpoints cannot hear the signal")                  \
   X(queue_full, "queue-full", "the SA already has its maximum number of packets in flight")        \
   X(sequence_unreserved, "sequence-unreserved",                                                    \
     "the sequence number is beyond what the state file has reserved (outbound) or beyond "         \

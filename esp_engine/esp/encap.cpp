@@ -21,8 +21,8 @@ namespace {
 
 struct InnerSummary {
   uint8_t next_header;    // 4 or 41
-  uint8_t traffic_class;  // copied to the outer header (DSCP and ECN, RFC 6040 normal mode)
-  bool dont_fragment;
+  uint8_t traffic_class;  // DSCP and ECN
+  bool dont_fragment;     // IPv4 DF; true for IPv6, which routers never fragment
 };
 
 DropReason summarize_inner(const PacketBuffer& packet, InnerSummary& summary) {
@@ -41,7 +41,6 @@ DropReason summarize_inner(const PacketBuffer& packet, InnerSummary& summary) {
     case 6:
       if (length < kIpv6HeaderLength) return DropReason::too_short;
       if (load_be16(p + 4) + kIpv6HeaderLength != length) return DropReason::inner_malformed;
-      // IPv6 routers never fragment, so the outer header says the same (RFC 4301 8.1).
       summary = {kProtocolIpv6, static_cast<uint8_t>((p[0] << 4) | (p[1] >> 4)), true};
       return DropReason::none;
     default:
@@ -50,13 +49,13 @@ DropReason summarize_inner(const PacketBuffer& packet, InnerSummary& summary) {
 }
 
 void write_outer_ipv4(OutboundSa& sa, uint8_t* h, size_t total_length, uint8_t protocol,
-                      const InnerSummary& inner) {
+                      const PreparedEncap& prepared) {
   const SaConfig& c = sa.config();
   h[0] = 0x45;
-  h[1] = inner.traffic_class;
+  h[1] = prepared.outer_traffic_class;
   store_be16(h + 2, static_cast<uint16_t>(total_length));
   store_be16(h + 4, sa.next_ip_id());
-  store_be16(h + 6, inner.dont_fragment ? 0x4000 : 0);  // RFC 4301 8.1: copy DF
+  store_be16(h + 6, prepared.outer_dont_fragment ? 0x4000 : 0);
   h[8] = 64;
   h[9] = protocol;
   store_be16(h + 10, 0);
@@ -66,9 +65,9 @@ void write_outer_ipv4(OutboundSa& sa, uint8_t* h, size_t total_length, uint8_t p
 }
 
 void write_outer_ipv6(const OutboundSa& sa, uint8_t* h, size_t payload_length, uint8_t protocol,
-                      const InnerSummary& inner) {
+                      const PreparedEncap& prepared) {
   const SaConfig& c = sa.config();
-  store_be32(h, (uint32_t{6} << 28) | (uint32_t{inner.traffic_class} << 20));
+  store_be32(h, (uint32_t{6} << 28) | (uint32_t{prepared.outer_traffic_class} << 20));
   store_be16(h + 4, static_cast<uint16_t>(payload_length));
   h[6] = protocol;
   h[7] = 64;
@@ -145,7 +144,13 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
   store_be32(esp + 4, static_cast<uint32_t>(sequence));
   store_be64(esp + kEspHeaderLength, sequence);
 
-  prepared = {sequence, outer_length, inner_length, payload_length, false};
+  prepared = {sequence,
+              outer_length,
+              inner_length,
+              payload_length,
+              false,
+              outer_traffic_class(inner.traffic_class, config.outer_header),
+              outer_dont_fragment(inner.dont_fragment, config.outer_header)};
   if (outer == OuterHeaders::omit) return DropReason::none;
 
   const uint8_t protocol = udp ? kProtocolUdp : kProtocolEsp;
@@ -160,9 +165,9 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
   }
   const size_t total_length = outer_length + esp_length;
   if (ipv6_outer) {
-    write_outer_ipv6(sa, start, total_length - kIpv6HeaderLength, protocol, inner);
+    write_outer_ipv6(sa, start, total_length - kIpv6HeaderLength, protocol, prepared);
   } else {
-    write_outer_ipv4(sa, start, total_length, protocol, inner);
+    write_outer_ipv4(sa, start, total_length, protocol, prepared);
   }
   return DropReason::none;
 }

@@ -25,6 +25,10 @@ struct PreparedEncap {
   size_t inner_length = 0;    // plaintext inner packet bytes, for the counters
   size_t payload_length = 0;  // inner + padding + trailer: what gets encrypted
   bool udp6_checksum = false;
+  // The outer header's traffic class and IPv4 DF bit under the SA's OuterHeaderPolicy: in
+  // the outer header with OuterHeaders::include; for the socket that adds it otherwise.
+  uint8_t outer_traffic_class = 0;
+  bool outer_dont_fragment = true;
 };
 
 // The buffer must hold exactly one IPv4 or IPv6 packet. On success it holds the headers

@@ -14,6 +14,7 @@
 #include "esp/counters.h"
 #include "esp/drop_reason.h"
 #include "esp/ip_address.h"
+#include "esp/outer_header.h"
 #include "esp/replay_window.h"
 #include "util/spin_lock.h"
 
@@ -84,6 +85,8 @@ struct SaConfig {
   // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
   // once SaCrypto has expanded it: their config() has none.
   std::vector<uint8_t> key_material;
+  // What crosses between the inner and the outer IP header (DSCP, ECN, DF).
+  OuterHeaderPolicy outer_header;
   // Inbound only. Empty accepts any inner packet: the engine's tests and benchmarks use
   // that, but the daemon never installs such an SA (it refuses one without selectors).
   std::vector<TrafficSelector> selectors;

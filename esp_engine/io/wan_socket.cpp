@@ -47,6 +47,21 @@ bool same_peer(const Outgoing& a, const Outgoing& b) {
          (a.peer_length == b.peer_length && std::memcmp(a.peer, b.peer, a.peer_length) == 0);
 }
 
+// The ancillary data that sets a packet's outer traffic class: IP_TOS or IPV6_TCLASS, an
+// int each. Space for it in every message's control buffer.
+constexpr size_t kTrafficClassSpace = CMSG_SPACE(sizeof(int));
+
+void add_traffic_class(msghdr& header, int family, uint8_t traffic_class) {
+  auto* control =
+      reinterpret_cast<cmsghdr*>(static_cast<uint8_t*>(header.msg_control) + header.msg_controllen);
+  control->cmsg_level = family == AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IP;
+  control->cmsg_type = family == AF_INET6 ? IPV6_TCLASS : IP_TOS;
+  control->cmsg_len = CMSG_LEN(sizeof(int));
+  const int value = traffic_class;
+  std::memcpy(CMSG_DATA(control), &value, sizeof value);
+  header.msg_controllen += kTrafficClassSpace;
+}
+
 }  // namespace
 
 socklen_t WanSocket::make_peer(const esp::IpAddress& address, uint16_t port,
@@ -91,6 +106,12 @@ WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port,
   // And when it received each one: the reader's measure of the queue's delay
   // (QueueDelayGate). Without it arrival_ns stays 0 and the gate sees no delay.
   setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+  // And the outer traffic class of each, whose ECN field RFC 6040 carries inward (a raw
+  // IPv4 socket passes the whole IP header up anyway).
+  if (family_ == AF_INET6)
+    setsockopt(fd_, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one);
+  else
+    setsockopt(fd_, IPPROTO_IP, IP_RECVTOS, &one, sizeof one);
   // Without UDP_GRO the kernel cuts every coalesced or unsegmented GSO buffer back into
   // single datagrams before queueing them; with it, one receive carries up to 64 of them.
   // A kernel without it (before 5.0) just gets the plain path.
@@ -137,6 +158,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     peers_.resize(count);
     peer_lengths_.resize(count);
     arrivals_.resize(count);
+    traffic_classes_.resize(count);
     pending_.reserve(count * kMaxGroSegments);
   }
   std::array<mmsghdr, kMaxBatch> messages{};
@@ -144,9 +166,9 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
   // a few KB of stores per batch.
   std::array<iovec, kMaxBatch * 2> vectors;
   struct alignas(cmsghdr) Control {
-    // RXQ_OVFL, GRO, TIMESTAMPNS
+    // RXQ_OVFL, GRO, TIMESTAMPNS, TOS or TCLASS
     uint8_t bytes[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int)) +
-                  CMSG_SPACE(sizeof(timespec))];
+                  CMSG_SPACE(sizeof(timespec)) + CMSG_SPACE(sizeof(int))];
   };
   std::array<Control, kMaxBatch> controls;
   for (size_t i = 0; i < count; ++i) {
@@ -191,6 +213,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     msghdr& header = messages[i].msg_hdr;
     segment_size[i] = 0;
     datagrams[i].arrival_ns = 0;
+    datagrams[i].traffic_class = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
         uint32_t dropped;
@@ -204,6 +227,16 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
         timespec stamp;
         std::memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
         datagrams[i].arrival_ns = to_ns(stamp);
+      } else if ((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) ||
+                 (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)) {
+        // IP_TOS comes as one byte, IPV6_TCLASS as an int.
+        if (c->cmsg_type == IP_TOS) {
+          datagrams[i].traffic_class = *CMSG_DATA(c);
+        } else {
+          int value;
+          std::memcpy(&value, CMSG_DATA(c), sizeof value);
+          datagrams[i].traffic_class = static_cast<uint8_t>(value);
+        }
       }
     }
     const size_t length = messages[i].msg_len;
@@ -221,6 +254,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
       const uint8_t* ip = d.buffer->data();
       const size_t header =
           length >= packet::kIpv4HeaderLength ? (size_t{ip[0]} & 0x0F) * 4 : length;
+      if (length >= packet::kIpv4HeaderLength) d.traffic_class = ip[1];
       d.buffer->pull_front(std::min(header, length));
     }
   }
@@ -240,6 +274,7 @@ int WanSocket::receive(std::span<Datagram> datagrams, int timeout_ms) {
     peers_[r] = datagrams[r].peer;
     peer_lengths_[r] = messages[r].msg_hdr.msg_namelen;
     arrivals_[r] = datagrams[r].arrival_ns;
+    traffic_classes_[r] = datagrams[r].traffic_class;
     const size_t step = segment_size[r];
     if (step == 0 || step >= length) {
       pending_.push_back({start, static_cast<uint32_t>(length), static_cast<uint32_t>(r)});
@@ -271,6 +306,7 @@ size_t WanSocket::drain_pending(std::span<Datagram> datagrams) {
     d.peer = peers_[segment.message];
     d.peer_length = peer_lengths_[segment.message];
     d.arrival_ns = arrivals_[segment.message];
+    d.traffic_class = traffic_classes_[segment.message];
     ++filled;
   }
   return filled;
@@ -292,12 +328,21 @@ int WanSocket::send_each(std::span<const Outgoing> packets) const {
     const size_t count = std::min(packets.size(), kMaxBatch);
     std::array<mmsghdr, kMaxBatch> messages{};
     std::array<iovec, kMaxBatch> vectors{};
+    struct alignas(cmsghdr) Control {
+      uint8_t bytes[kTrafficClassSpace];
+    };
+    std::array<Control, kMaxBatch> controls;
     for (size_t i = 0; i < count; ++i) {
       vectors[i] = {const_cast<uint8_t*>(packets[i].data), packets[i].length};
-      messages[i].msg_hdr.msg_iov = &vectors[i];
-      messages[i].msg_hdr.msg_iovlen = 1;
-      messages[i].msg_hdr.msg_name = const_cast<sockaddr_storage*>(packets[i].peer);
-      messages[i].msg_hdr.msg_namelen = packets[i].peer_length;
+      msghdr& header = messages[i].msg_hdr;
+      header.msg_iov = &vectors[i];
+      header.msg_iovlen = 1;
+      header.msg_name = const_cast<sockaddr_storage*>(packets[i].peer);
+      header.msg_namelen = packets[i].peer_length;
+      if (packets[i].traffic_class != 0) {
+        header.msg_control = controls[i].bytes;
+        add_traffic_class(header, family_, packets[i].traffic_class);
+      }
     }
     const int sent = sendmmsg(fd_, messages.data(), static_cast<unsigned>(count), 0);
     if (sent < 0) {
@@ -321,7 +366,7 @@ int WanSocket::send_segmented(std::span<const Outgoing> packets) const {
   std::array<mmsghdr, kMaxBatch> messages{};
   std::array<iovec, kMaxBatch * 2> vectors{};
   struct alignas(cmsghdr) Control {
-    uint8_t bytes[CMSG_SPACE(sizeof(uint16_t))];
+    uint8_t bytes[CMSG_SPACE(sizeof(uint16_t)) + kTrafficClassSpace];
   };
   std::array<Control, kMaxBatch> controls{};
   int sent_total = 0;
@@ -334,6 +379,7 @@ int WanSocket::send_segmented(std::span<const Outgoing> packets) const {
       size_t run = 1;
       while (next + run < packets.size() && run < kMaxSegments &&
              vector_count + run < vectors.size() && same_peer(packets[next + run], first) &&
+             packets[next + run].traffic_class == first.traffic_class &&
              packets[next + run].length <= first.length &&
              packets[next + run - 1].length == first.length &&
              run * first.length + packets[next + run].length <= 65000)
@@ -347,16 +393,18 @@ int WanSocket::send_segmented(std::span<const Outgoing> packets) const {
       for (size_t i = 0; i < run; ++i)
         vectors[vector_count + i] = {const_cast<uint8_t*>(packets[next + i].data),
                                      packets[next + i].length};
+      header.msg_control = controls[message_count].bytes;
       if (run > 1) {
-        header.msg_control = controls[message_count].bytes;
-        header.msg_controllen = sizeof(controls[message_count].bytes);
-        cmsghdr* control = CMSG_FIRSTHDR(&header);
+        auto* control = reinterpret_cast<cmsghdr*>(controls[message_count].bytes);
         control->cmsg_level = SOL_UDP;
         control->cmsg_type = UDP_SEGMENT;
         control->cmsg_len = CMSG_LEN(sizeof(uint16_t));
         const uint16_t segment = static_cast<uint16_t>(first.length);
         std::memcpy(CMSG_DATA(control), &segment, sizeof segment);
+        header.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
       }
+      if (first.traffic_class != 0) add_traffic_class(header, family_, first.traffic_class);
+      if (header.msg_controllen == 0) header.msg_control = nullptr;
       run_length[message_count] = run;
       vector_count += run;
       ++message_count;

@@ -6,6 +6,7 @@
 // port (SO_REUSEPORT), one reader thread each.
 // The kernel builds and strips the outer IP (and UDP) header; espgw hands it ESP starting
 // at the SPI (UDP) or, for raw IPv4 receive, strips the IP header the kernel passes up.
+// The outer traffic class travels as ancillary data both ways (IP_TOS / IPV6_TCLASS).
 #pragma once
 
 #include <netinet/in.h>
@@ -34,6 +35,9 @@ struct Datagram {
   // moment after the first socket asks, the kernel does not stamp yet and reports the
   // time of the read instead: no waiting, which the queue-delay gate takes as no delay.
   uint64_t arrival_ns = 0;
+  // The outer header's traffic class (IPv4 TOS, IPv6 traffic class: DSCP and ECN), which
+  // RFC 6040 carries inward on decapsulation.
+  uint8_t traffic_class = 0;
 };
 
 // An outgoing packet: `data` points at the ESP packet (SPI first).
@@ -42,6 +46,8 @@ struct Outgoing {
   size_t length = 0;
   const sockaddr_storage* peer = nullptr;
   socklen_t peer_length = 0;
+  // The outer header's traffic class (DSCP and ECN), passed to the kernel per packet.
+  uint8_t traffic_class = 0;
 };
 
 struct WanSocketOptions {
@@ -110,7 +116,7 @@ class WanSocket {
   struct Segment {
     const uint8_t* data;
     uint32_t length;
-    uint32_t message;  // index into peers_ and arrivals_
+    uint32_t message;  // index into peers_, arrivals_ and traffic_classes_
   };
 
   int send_each(std::span<const Outgoing> packets) const;
@@ -140,6 +146,7 @@ class WanSocket {
   std::vector<sockaddr_storage> peers_;  // of the messages segments come from
   std::vector<socklen_t> peer_lengths_;
   std::vector<uint64_t> arrivals_;
+  std::vector<uint8_t> traffic_classes_;
   std::vector<Segment> pending_;
   size_t pending_next_ = 0;
   bool kernel_queue_drained_ = false;  // the last recvmmsg returned fewer than it was asked

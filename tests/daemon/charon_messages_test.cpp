@@ -71,6 +71,27 @@ TEST(CharonMessages, OutboundSaBecomesASadEntry) {
   EXPECT_EQ(entry.group_slot, 0u);              // no IKE_SA named: the SPI is the slot
 }
 
+TEST(CharonMessages, TheChildsOuterHeaderSettingsReachTheSa) {
+  auto defaults = sa_from_add_sa(add_sa());
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(defaults)) << error_of(defaults);
+  EXPECT_EQ(std::get<xfrm::SadEntry>(defaults).config.outer_header, espgw::esp::OuterHeaderPolicy{})
+      << "a plugin that sends none gets charon's defaults";
+  Message m = add_sa();
+  m.set("copy-dscp", "in");
+  m.set_bool("copy-ecn", false);
+  m.set_bool("copy-df", false);
+  auto result = sa_from_add_sa(m);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& outer = std::get<xfrm::SadEntry>(result).config.outer_header;
+  EXPECT_FALSE(outer.copy_dscp_out);
+  EXPECT_TRUE(outer.copy_dscp_in);
+  EXPECT_FALSE(outer.copy_ecn);
+  EXPECT_EQ(outer.dont_fragment, espgw::esp::OuterHeaderPolicy::DontFragment::clear);
+  Message bad = add_sa();
+  bad.set("copy-dscp", "sometimes");
+  EXPECT_EQ(error_of(sa_from_add_sa(bad)), "'copy-dscp' must be out, in, yes or no");
+}
+
 TEST(CharonMessages, TheIkeSaIsTheGroupSlot) {
   Message m = add_sa();
   m.set("ike-sa", 42);

@@ -103,6 +103,7 @@ struct Received {
   std::vector<Bytes> datagrams;
   std::vector<uint16_t> peer_ports;
   std::vector<uint64_t> arrivals_ns;
+  std::vector<uint8_t> traffic_classes;
 };
 
 uint64_t realtime_ns() {
@@ -128,6 +129,7 @@ Received receive(WanSocket& socket, size_t expected, size_t slots, size_t capaci
       const auto bytes = batch[i].buffer->bytes();
       result.datagrams.emplace_back(bytes.begin(), bytes.end());
       result.arrivals_ns.push_back(batch[i].arrival_ns);
+      result.traffic_classes.push_back(batch[i].traffic_class);
       const auto& peer = batch[i].peer;
       result.peer_ports.push_back(
           peer.ss_family == AF_INET6
@@ -201,6 +203,28 @@ TEST_P(WanSocketGro, ARunToOnePeerSharesOneBufferWhateverCopyOfTheAddressEachPac
   const auto stats = socket_->stats();
   EXPECT_EQ(stats.gro_batches, 1u) << "one GSO buffer for the whole run";
   EXPECT_EQ(stats.gro_datagrams, run.size());
+}
+
+// Each packet leaves with the traffic class (DSCP and ECN) its SA chose and the receiver
+// reads it back: runs of equal-size packets split where the class changes, since one GSO
+// buffer has one IP header. Class 0 sends no ancillary data at all.
+TEST_P(WanSocketGro, EachPacketCarriesItsTrafficClassBothWays) {
+  WanSocket sender(WanKind::udp, loopback_, 0);
+  sockaddr_storage peer{};
+  const socklen_t length = WanSocket::make_peer(loopback_, bound_port(socket_->fd()), peer);
+  const auto run = make_run(0, 12, 1000, 1000);
+  const std::array<uint8_t, 12> classes = {0xB8, 0xB8, 0xB8, 0xB9, 0xB9, 0,
+                                           0,    0x88, 0x8A, 0x8A, 0x8B, 0x02};
+  std::vector<Outgoing> outgoing;
+  for (size_t i = 0; i < run.size(); ++i)
+    outgoing.push_back({run[i].data(), run[i].size(), &peer, length, classes[i]});
+  ASSERT_EQ(sender.send(outgoing), static_cast<int>(run.size()));
+  const auto got = receive(*socket_, run.size(), 32);
+  ASSERT_EQ(got.datagrams.size(), run.size());
+  for (size_t i = 0; i < run.size(); ++i) {
+    EXPECT_EQ(got.datagrams[i], run[i]) << "datagram " << i;
+    EXPECT_EQ(got.traffic_classes[i], classes[i]) << "datagram " << i;
+  }
 }
 
 TEST_P(WanSocketGro, MixedSingleDatagramsAndRunsKeepTheirOrder) {

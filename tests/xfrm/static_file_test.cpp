@@ -119,6 +119,35 @@ TEST(StaticFile, ExamplesRoundTrip) {
   }
 }
 
+TEST(StaticFile, OuterHeaderSettingsAreReadAndRoundTrip) {
+  const std::string head =
+      "sa out spi 0x1001 aes-gcm-128 key 0x00112233445566778899aabbccddeeff01020304"
+      " src 192.0.2.1 dst 192.0.2.2";
+  const StaticConfig defaults = parse_ok(head + "\n");
+  EXPECT_EQ(defaults.sas[0].config.outer_header, esp::OuterHeaderPolicy{})
+      << "charon's defaults: copy_dscp = out, copy_ecn = yes, copy_df = yes";
+  using DontFragment = esp::OuterHeaderPolicy::DontFragment;
+  struct Row {
+    std::string words;
+    bool dscp_out, dscp_in, ecn;
+    DontFragment df;
+  };
+  for (const Row& row :
+       {Row{" copy-dscp in copy-ecn no copy-df no", false, true, false, DontFragment::clear},
+        Row{" copy-dscp yes copy-df set", true, true, true, DontFragment::set},
+        Row{" copy-dscp no copy-df yes", false, false, true, DontFragment::copy},
+        Row{" copy-dscp out copy-ecn yes", true, false, true, DontFragment::copy}}) {
+    SCOPED_TRACE(row.words);
+    const StaticConfig c = parse_ok(head + row.words + "\n");
+    const esp::OuterHeaderPolicy& outer = c.sas[0].config.outer_header;
+    EXPECT_EQ(outer.copy_dscp_out, row.dscp_out);
+    EXPECT_EQ(outer.copy_dscp_in, row.dscp_in);
+    EXPECT_EQ(outer.copy_ecn, row.ecn);
+    EXPECT_EQ(outer.dont_fragment, row.df);
+    EXPECT_EQ(parse_ok(to_text(c)), c) << "written back and read again: the same";
+  }
+}
+
 TEST(StaticFile, EveryOptionIsReadAndRoundTrips) {
   const std::string text =
       "sa in spi 4096 chacha20-poly1305 key 0x" + std::string(72, 'a') +

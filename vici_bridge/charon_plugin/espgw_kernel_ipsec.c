@@ -276,6 +276,23 @@ static const char *algorithm_name(uint16_t enc_alg, size_t key_len)
 	}
 }
 
+/* charon's copy_dscp as espgw's add-sa spells it */
+static const char *dscp_copy_word(dscp_copy_t copy)
+{
+	switch (copy)
+	{
+		case DSCP_COPY_IN_ONLY:
+			return "in";
+		case DSCP_COPY_YES:
+			return "yes";
+		case DSCP_COPY_NO:
+			return "no";
+		case DSCP_COPY_OUT_ONLY:
+		default:
+			return "out";
+	}
+}
+
 METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	   kernel_ipsec_sa_id_t *id, kernel_ipsec_add_sa_t *data)
 {
@@ -313,6 +330,10 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_bool(&b, "esn", data->esn);
 	evc_add_u64(&b, "replay-window", data->replay_window);
 	evc_add_bool(&b, "encap", data->encap);
+	/* what crosses between inner and outer header: espgw writes the outer header */
+	evc_add_str(&b, "copy-dscp", dscp_copy_word(data->copy_dscp));
+	evc_add_bool(&b, "copy-ecn", data->copy_ecn);
+	evc_add_bool(&b, "copy-df", data->copy_df);
 	evc_add_u64(&b, "src-port", id->src->get_port(id->src));
 	evc_add_u64(&b, "dst-port", id->dst->get_port(id->dst));
 	if (data->lifetime)
