@@ -9,7 +9,6 @@
 #include <array>
 
 #include "esp/ecn.h"
-#include "esp/outer_header.h"
 #include "esp/wire.h"
 #include "io/offload.h"
 #include "io/queue_delay_gate.h"
@@ -86,7 +85,7 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
       }
       const bool left_empty = i + 1 == received && socket->drained();
       packet->drop_at_delivery = gate.should_drop(waited, now, left_empty);
-      packet->outer_traffic_class = datagrams[i].traffic_class;
+      packet->decap.outer_traffic_class = datagrams[i].traffic_class;  // for RFC 6040
       pipeline_.submit_inbound(packet);  // drops are counted by the pipeline or the SA
     }
     pipeline_.end_read_batch();
@@ -106,18 +105,6 @@ void TunWriter::deliver(std::span<pipeline::Packet* const> packets) {
   uint64_t queue_delay_drops = 0;
   uint64_t queue_delay_marks = 0;
   auto keep = [&](pipeline::Packet* packet) {
-    // What the outer header carried inward first (RFC 6040: CE outside an inner packet
-    // that cannot take it is a drop, counted on the SA), then the gate's own marking.
-    if (packet->inbound) {
-      esp::InboundSa& sa = packet->inbound->sa();
-      const esp::DropReason reason =
-          esp::apply_outer_traffic_class({packet->buffer.data(), packet->buffer.size()},
-                                         packet->outer_traffic_class, sa.config().outer_header);
-      if (reason != esp::DropReason::none) {
-        sa.counters().count(reason);
-        return false;
-      }
-    }
     if (!packet->drop_at_delivery) return true;
     if (esp::mark_congestion_experienced({packet->buffer.data(), packet->buffer.size()})) {
       ++queue_delay_marks;

@@ -204,6 +204,12 @@ void decap_finish_each(std::span<FinishItem> items) {
     packet.trim_back(kIcvLength);
     item.inner_length = 0;
     item.reason = parse_decrypted(sa, packet.data(), packet.size(), item.inner_length);
+    // Authentic and well-formed: what the outer header says about congestion (and, if
+    // asked, its DSCP) reaches the inner packet. A drop here still moves the window.
+    if (item.reason == DropReason::none)
+      item.reason =
+          apply_outer_traffic_class({packet.data(), item.inner_length},
+                                    item.prepared->outer_traffic_class, sa.config().outer_header);
   }
   // These packets are authentic. One beyond the accept limit waits for its reservation
   // (milliseconds, outside the window's lock) rather than being dropped: a peer that

@@ -24,6 +24,10 @@ namespace espgw::esp {
 struct PreparedDecap {
   InboundSa* sa = nullptr;  // the caller keeps the SA alive until finish() returns
   uint64_t sequence = 0;    // full sequence number, ESN high bits inferred
+  // The outer header's traffic class (DSCP and ECN) as received, set by the caller before
+  // decap_check(): finish() applies it to the inner packet under the SA's
+  // OuterHeaderPolicy (RFC 6040), and drops what that table drops.
+  uint8_t outer_traffic_class = 0;
 };
 
 // The SPI of the ESP packet in `packet`, or nullopt if it is too short to carry one.
@@ -39,8 +43,8 @@ inline std::optional<uint32_t> esp_spi(const PacketBuffer& packet) {
 DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared);
 // Verifies the ICV and decrypts in place. Safe to call concurrently.
 DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
-// Commits the sequence number, checks the trailer and the inner packet, and narrows each
-// packet to its inner packet (TFC padding removed), for packets of one SA (every
+// Commits the sequence number, checks the trailer and the inner packet, carries the outer
+// traffic class inward, and narrows each packet to its inner packet (TFC padding removed), for packets of one SA (every
 // prepared.sa the same), with one acquisition of the SA's replay-window lock for all of
 // them. Fills in and counts each item's reason.
 struct FinishItem {

@@ -76,9 +76,11 @@ DropReason parse_wire(std::span<const uint8_t> packet, WireInfo& info) {
   if (version == 4) {
     info.source = IpAddress::v4(p + 12);
     info.destination = IpAddress::v4(p + 16);
+    info.traffic_class = p[1];
   } else {
     info.source = IpAddress::v6(p + 8);
     info.destination = IpAddress::v6(p + 24);
+    info.traffic_class = static_cast<uint8_t>((p[0] << 4) | (p[1] >> 4));
   }
   return parse_transport(p, chain.offset, length, chain.protocol, info);
 }

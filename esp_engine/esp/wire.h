@@ -37,6 +37,7 @@ struct WireInfo {
   std::optional<UdpEncapsulation> udp;  // ports as seen on this packet
   size_t payload_offset = 0;            // ESP starts at the SPI; IKE after the non-ESP marker
   size_t payload_length = 0;
+  uint8_t traffic_class = 0;  // the outer header's DSCP and ECN
 };
 
 // Parses without modifying. Outer fragments are refused (the kernel reassembles before a

@@ -34,9 +34,6 @@ struct Packet {
   // Dropping it there, not before decryption, leaves no gap in the SA's sequence for the
   // reorder buffer to wait on.
   bool drop_at_delivery = false;
-  // Inbound: the outer header's traffic class as received (DSCP and ECN), which the sink
-  // applies to the decrypted packet as the SA's OuterHeaderPolicy says (RFC 6040).
-  uint8_t outer_traffic_class = 0;
   esp::PreparedDecap decap;
   uint64_t arrival_ns = 0;  // when it entered a reorder buffer (hold-time accounting)
   uint32_t pool_index = 0;  // set once by the pool that owns the packet

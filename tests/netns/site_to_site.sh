@@ -82,6 +82,7 @@ run_scenario() {
   check_iperf "$LANB" "$LANA" fd00:1::2 "$scenario"
   check_wire_is_esp "$scenario"
   check_df_icmp "$scenario"
+  check_outer_header "$scenario" "$family"
   check_counters "$scenario"
   check_reload_keeps_traffic "$scenario"
   # raw4: both gateways run to completion, the mode with a queue-delay gate.

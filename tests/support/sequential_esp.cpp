@@ -14,7 +14,7 @@ DropReason encapsulate(esp::OutboundSa& sa, esp::PacketBuffer& packet, esp::Oute
 }
 
 DropReason decapsulate(const InboundSaTable& table, esp::EngineCounters& engine,
-                       esp::PacketBuffer& packet) {
+                       esp::PacketBuffer& packet, uint8_t outer_traffic_class) {
   const auto spi = esp::esp_spi(packet);
   if (!spi) {
     engine.count(DropReason::too_short);
@@ -28,6 +28,7 @@ DropReason decapsulate(const InboundSaTable& table, esp::EngineCounters& engine,
     return DropReason::no_sa;
   }
   esp::PreparedDecap prepared;
+  prepared.outer_traffic_class = outer_traffic_class;
   DropReason reason = esp::decap_check(*sa, packet, prepared);
   if (reason == DropReason::none) reason = esp::decap_open(prepared, packet);
   if (reason == DropReason::none) {
@@ -57,7 +58,7 @@ WireDecapResult decapsulate_wire(const InboundSaTable& table, esp::EngineCounter
     case esp::WireKind::esp:
       break;
   }
-  return {decapsulate(table, engine, packet), esp::WireKind::esp};
+  return {decapsulate(table, engine, packet, info.traffic_class), esp::WireKind::esp};
 }
 
 }  // namespace espgw::test

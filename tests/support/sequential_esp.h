@@ -18,9 +18,10 @@ esp::DropReason encapsulate(esp::OutboundSa& sa, esp::PacketBuffer& packet,
                             esp::OuterHeaders outer = esp::OuterHeaders::include);
 
 // SA lookup, decap_check, decap_open and decap_finish_each. Drops before an SA is known
-// are counted on `engine`, the others on the SA.
+// are counted on `engine`, the others on the SA. `outer_traffic_class`: the outer header's
+// DSCP and ECN, as a socket reports them.
 esp::DropReason decapsulate(const InboundSaTable& table, esp::EngineCounters& engine,
-                            esp::PacketBuffer& packet);
+                            esp::PacketBuffer& packet, uint8_t outer_traffic_class = 0);
 
 struct WireDecapResult {
   esp::DropReason reason = esp::DropReason::none;

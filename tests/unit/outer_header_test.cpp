@@ -12,6 +12,8 @@
 #include "esp/checksum.h"
 #include "esp/encap.h"
 #include "esp/security_association.h"
+#include "support/inbound_sa_table.h"
+#include "support/sequential_esp.h"
 #include "test_packets.h"
 
 namespace espgw::esp {
@@ -193,6 +195,41 @@ TEST(OuterHeader, EncapsulationWritesThePolicysOuterBits) {
       }
     }
   }
+}
+
+// End to end through the engine: an outer header marked CE on the way reaches an
+// ECN-capable inner packet, and a Not-ECT one is dropped as ecn-not-capable, counted on
+// the SA, after its number entered the replay window (the packet was authentic).
+TEST(OuterHeader, CongestionOnTheWireReachesTheInnerPacketAfterDecryption) {
+  SaConfig config = test::make_sa_config(crypto::AeadAlgorithm::aes_gcm_128, false, false,
+                                         false, 0x301);
+  OutboundSa out(config, crypto::ipsec_mb_backend());
+  test::InboundSaTable table;
+  table.add(std::make_shared<InboundSa>(config, crypto::ipsec_mb_backend()));
+  EngineCounters engine;
+  auto send_marked = [&](uint8_t inner_tos) {
+    auto packet = std::make_unique<PacketBuffer>();
+    EXPECT_TRUE(packet->assign(ipv4_with_tos(inner_tos)));
+    EXPECT_EQ(test::encapsulate(out, *packet, OuterHeaders::include), DropReason::none);
+    packet->data()[1] |= kCe;  // a congested router on the way
+    return packet;
+  };
+  auto capable = send_marked(kDscpAf41 | kEct0);
+  ASSERT_EQ(test::decapsulate_wire(table, engine, *capable).reason, DropReason::none);
+  EXPECT_EQ(capable->data()[1], kDscpAf41 | kCe);
+  EXPECT_TRUE(ipv4_checksum_verifies({capable->bytes().begin(), capable->bytes().end()}));
+
+  auto not_capable = send_marked(kDscpAf41 | kNotEct);
+  const auto not_capable_copy =
+      std::vector<uint8_t>(not_capable->bytes().begin(), not_capable->bytes().end());
+  EXPECT_EQ(test::decapsulate_wire(table, engine, *not_capable).reason,
+            DropReason::ecn_not_capable);
+  const auto in = table.find(config.spi);
+  EXPECT_EQ(in->counters().drops(DropReason::ecn_not_capable), 1u);
+  PacketBuffer again;
+  ASSERT_TRUE(again.assign(not_capable_copy));
+  EXPECT_EQ(test::decapsulate_wire(table, engine, again).reason, DropReason::replayed)
+      << "the dropped packet's number was committed";
 }
 
 }  // namespace

@@ -94,6 +94,62 @@ check_df_icmp() {  # a DF packet larger than the tunnel MTU gets ICMP back (from
   else fail "$label DF packet of exactly the tunnel MTU"; show_drops; fi
 }
 
+check_outer_header() {  # DSCP, ECN and DF between inner and outer header (RFC 4301, 6040)
+  local label=$1 family=$2 a_wan b_wan fields
+  # Outward, on gwB's WAN: an EF + ECT(1) ping with DF and an AF41 + ECT(0) ping without.
+  # The static SAs have charon's defaults: DSCP and ECN copied out, DF copied.
+  in_ns "$GWB" tshark -q -i wan0 -a duration:5 -w "$WORK/outer.pcap" >/dev/null 2>&1 &
+  local capture=$!
+  sleep 1.5
+  in_ns "$LANA" ping -c 3 -i 0.2 -W 2 -Q 0xb9 -M do 10.2.0.2 >/dev/null 2>&1 || true
+  in_ns "$LANA" ping -c 3 -i 0.2 -W 2 -Q 0x8a -M dont 10.2.0.2 >/dev/null 2>&1 || true
+  wait "$capture" || true
+  if [[ $family == 4 ]]; then
+    fields=$(tshark -r "$WORK/outer.pcap" -Y "ip.src == $ADDR_A && (esp || udp.port == 4500)" \
+      -T fields -e ip.dsfield -e ip.flags.df 2>/dev/null | sort | uniq -c)
+    if grep -Eq "^ *[3-9] 0xb9[[:space:]]+(1|True)" <<<"$fields" &&
+       grep -Eq "^ *[3-9] 0x8a[[:space:]]+(0|False)" <<<"$fields"; then
+      pass "$label outer IPv4 header: DSCP and ECN copied out, DF copied (set and clear)"
+    else fail "$label outer IPv4 header"; echo "$fields"; fi
+  else
+    fields=$(tshark -r "$WORK/outer.pcap" -Y "ipv6.src == $ADDR_A && (esp || udp.port == 4500)" \
+      -T fields -e ipv6.tclass 2>/dev/null | sort | uniq -c)
+    if grep -Eq "^ *[3-9] 0x000000b9" <<<"$fields" && grep -Eq "^ *[3-9] 0x0000008a" <<<"$fields"; then
+      pass "$label outer IPv6 header: DSCP and ECN copied out"
+    else fail "$label outer IPv6 header"; echo "$fields"; fi
+  fi
+  # Inward: gwB's kernel marks every ESP packet from gwA CE on arrival, as a congested
+  # router would. An ECT(0) ping reaches lanB marked CE; a Not-ECT one is dropped and
+  # counted (ecn-not-capable), since its endpoints could not hear the mark.
+  local ip=ip
+  [[ $family == 6 ]] && ip=ip6
+  in_ns "$GWB" nft -f - <<NFT
+table inet espgw_test_ce {
+  chain congested { type filter hook prerouting priority -150; policy accept;
+    $ip saddr $ADDR_A meta l4proto { esp, udp } $ip ecn set ce
+  }
+}
+NFT
+  in_ns "$LANB" tshark -q -i eth0 -a duration:4 -w "$WORK/ce.pcap" -f icmp >/dev/null 2>&1 &
+  capture=$!
+  sleep 1.5
+  in_ns "$LANA" ping -c 3 -i 0.2 -W 1 -Q 0x02 10.2.0.2 >/dev/null 2>&1 || true
+  local plain_lost=0
+  in_ns "$LANA" ping -c 3 -i 0.2 -W 1 -Q 0x00 10.2.0.2 >/dev/null 2>&1 || plain_lost=1
+  wait "$capture" || true
+  in_ns "$GWB" nft delete table inet espgw_test_ce
+  local ce
+  ce=$(tshark -r "$WORK/ce.pcap" -Y "icmp.type == 8 && ip.dsfield.ecn == 3" 2>/dev/null | wc -l)
+  dump_counters
+  # Nothing before this check drops for that reason, so any count in gwB's log is ours.
+  if ((ce >= 3 && plain_lost == 1)) && grep -Eq "ecn-not-capable=[1-9]" "$WORK/espgw-b.log"; then
+    pass "$label outer CE reached ECN-capable inner packets ($ce); Not-ECT ones dropped, counted"
+  else
+    fail "$label outer CE: $ce marked inner packets, Not-ECT lost=$plain_lost"
+    show_drops
+  fi
+}
+
 check_scapy_decrypts_wire() {  # the capture check_wire_is_esp took on gwB's WAN
   local label=$1 udp=""
   [[ $2 == udp ]] && udp=--udp
