@@ -265,4 +265,17 @@ std::variant<PolicyRequest, std::string> policy_from(const vici::Message& reques
   return out;
 }
 
+vici::Message acquire_event(uint32_t reqid, const packet::FlowKey& packet) {
+  vici::Message event;
+  event.set("reqid", reqid);
+  event.set("src", packet.source.to_string());
+  event.set("dst", packet.destination.to_string());
+  event.set("proto", packet.protocol);
+  if (packet.ports_known) {
+    event.set("src-port", packet.source_port);
+    event.set("dst-port", packet.destination_port);
+  }
+  return event;
+}
+
 }  // namespace espgw::daemon

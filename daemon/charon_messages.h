@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "esp/ip_address.h"
+#include "packet/flow_key.h"
 #include "vici_bridge/vici_message.h"
 #include "xfrm/sad_entry.h"
 #include "xfrm/spd.h"
@@ -30,5 +31,12 @@ std::variant<SaId, std::string> sa_id_from(const vici::Message& request);
 // `with_action`: add-policy carries action, priority and reqid; del and query don't.
 std::variant<PolicyRequest, std::string> policy_from(const vici::Message& request,
                                                      bool with_action);
+
+// The `acquire` event for a packet (flow `packet`) that matched a protect policy of
+// `reqid` with no SA: reqid, src, dst and proto of the packet, and its src-port and
+// dst-port when it has ports (TCP, UDP, UDP-Lite, SCTP, not a fragment). The plugin makes
+// the traffic selectors of charon's acquire from them, as kernel-netlink does from the
+// kernel's.
+vici::Message acquire_event(uint32_t reqid, const packet::FlowKey& packet);
 
 }  // namespace espgw::daemon

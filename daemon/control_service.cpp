@@ -87,6 +87,7 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   on_plain("stats", &ControlService::stats);
   server_.declare_event("ike-packet");
   server_.declare_event("sa-expire");
+  server_.declare_event("acquire");
   server_.declare_event("list-sa");
   server_.declare_event("list-policy");
 
@@ -95,6 +96,9 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
              uint16_t local_port) { return publish_ike(ike, peer, peer_port, local_port); });
   gateway_.on_expire([this](uint32_t spi, const esp::IpAddress& destination, bool hard) {
     publish_expire(spi, destination, hard);
+  });
+  gateway_.on_acquire([this](uint32_t reqid, const packet::FlowKey& packet) {
+    return publish_acquire(reqid, packet);
   });
 }
 
@@ -335,6 +339,15 @@ void ControlService::publish_expire(uint32_t spi, const esp::IpAddress& destinat
         "SA %s reached its %s lifetime but no charon is attached to rekey it; queued until "
         "charon attaches",
         spi_text(spi).c_str(), hard ? "hard" : "soft");
+}
+
+bool ControlService::publish_acquire(uint32_t reqid, const packet::FlowKey& packet) {
+  // Urgent like an expiry: a few small events per interval and policy, and the tunnel's
+  // traffic waits for it.
+  if (server_.publish("acquire", acquire_event(reqid, packet), vici::Server::Priority::urgent) != 0)
+    return true;
+  log(LogLevel::debug, "acquire for reqid %u not sent: no charon attached", reqid);
+  return false;
 }
 
 void ControlService::flush_pending_expiries_locked() {

@@ -67,6 +67,9 @@ class ControlService {
   // Sends `sa-expire` ahead of any queued IKE; with no charon registered for it, queues
   // it in pending_expiries_ until the next hello.
   void publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard);
+  // Sends `acquire` (a trap policy's packet found no SA) to the charon registered for
+  // it; false if none is. Not queued for a later charon: the policy's traffic asks again.
+  bool publish_acquire(uint32_t reqid, const packet::FlowKey& packet);
   // Publishes the expiries that waited for a charon, oldest first, skipping those whose
   // SA charon has since deleted. What still finds nobody stays queued.
   void flush_pending_expiries_locked();

@@ -107,8 +107,9 @@ Gateway::Gateway(GatewayConfig config)
                                  std::max<size_t>(tunnel_mtu + 128, mtu_->max_path_mtu()) + 64);
   pipeline_ = std::make_unique<pipeline::Pipeline>(pipeline_config);
   tun_writer_ = std::make_unique<TunWriter>(*tun_, counters_, mtu_->lan_mtu());
-  outbound_path_ = std::make_unique<OutboundPath>(
-      *tun_, *pipeline_, outbound_lookup_, mtu_->segment_limit(), counters_, flow_seed_, running_);
+  outbound_path_ =
+      std::make_unique<OutboundPath>(*tun_, *pipeline_, outbound_lookup_, mtu_->segment_limit(),
+                                     counters_, acquire_raiser_, flow_seed_, running_);
   InboundPath::Settings inbound;
   inbound.udp_port = config_.udp_port;
   inbound.queue_delay_target = config_.queue_delay_target.value_or(

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/acquire_raiser.h"
 #include "daemon/config.h"
 #include "daemon/gateway_counters.h"
 #include "daemon/gateway_status.h"
@@ -118,6 +119,12 @@ class Gateway {
   using IkeHandler = std::function<bool(std::span<const uint8_t> ike, const esp::IpAddress& peer,
                                         uint16_t peer_port, uint16_t local_port)>;
   void on_ike(IkeHandler handler) { ike_handler_ = std::move(handler); }
+  // Called from TUN reader threads when a packet matches a protect policy whose reqid has
+  // no SA group, at most once per policy per AcquireRaiser::kIntervalMs. Returns false
+  // when nobody took it (no charon attached). Set before start().
+  void on_acquire(AcquireRaiser::Handler handler) {
+    acquire_raiser_.on_acquire(std::move(handler));
+  }
   // Sends an IKE packet from `local_port` (the IKE port, or the NAT-T port with the
   // non-ESP marker added). False if there is no such socket or the send failed.
   bool send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,
@@ -200,6 +207,7 @@ class Gateway {
   std::unique_ptr<io::WanSocket> ike_socket_;  // UDP ike-port (500) when charon is attached
 
   GatewayCounters counters_;
+  AcquireRaiser acquire_raiser_{counters_};  // what the TUN readers tell of trapped packets
   std::atomic<bool> running_{false};
   std::vector<std::thread> threads_;
 };

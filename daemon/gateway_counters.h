@@ -14,7 +14,9 @@ namespace espgw::daemon {
   X(no_policy, "no-policy", gateway_drops, "outbound packet matched no policy")               \
   X(policy_discard, "policy-discard", gateway_drops,                                          \
     "outbound packet matched a discard (or bypass) policy")                                   \
-  X(no_sa, "no-sa", gateway_drops, "outbound packet's protect policy has an empty SA group")  \
+  X(no_sa, "no-sa", gateway_drops,                                                            \
+    "outbound packet's protect policy has an empty SA group (a trap policy's, until charon "  \
+    "negotiated its SA)")                                                                     \
   X(not_ip, "not-ip", gateway_drops, "the TUN device gave something that is not IPv4/IPv6")   \
   X(ike_dropped, "ike-no-charon", gateway_drops,                                              \
     "IKE (on udp-port with the non-ESP marker, or on ike-port) that no charon took: none "    \
@@ -33,7 +35,15 @@ namespace espgw::daemon {
   X(queue_delay_marked, "queue-delay-ecn-marked", wan,                                        \
     "not a drop: picked by the queue-delay gate but ECN-capable, so marked CE and delivered") \
   X(tun_resegmented, "tun-resegmented", top,                                                  \
-    "not a drop: TCP packets larger than the LAN's MTU written as GSO frames that fit it")
+    "not a drop: TCP packets larger than the LAN's MTU written as GSO frames that fit it")    \
+  X(acquires, "acquires", top,                                                                \
+    "not a drop: acquires sent to charon for a protect policy without SAs (a trap policy)")   \
+  X(acquires_paced, "acquires-paced", top,                                                    \
+    "not a drop: acquires not sent, one for the same policy went out in the last 3 s")        \
+  X(acquires_no_charon, "acquires-no-charon", top,                                            \
+    "acquires that found no charon registered for them (asked again 3 s later)")              \
+  X(acquires_table_full, "acquires-table-full", top,                                          \
+    "acquires not sent: the pacing table's slots for the policy held fresher acquires")
 
 // Relaxed atomics, updated on the data path: counters_.no_policy.fetch_add(1, relaxed).
 struct GatewayCounters {

@@ -74,12 +74,14 @@ class TunReadBatch {
 OutboundPath::OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipeline,
                            const PublishedOutboundLookup& lookup,
                            const std::atomic<unsigned>& segment_limit, GatewayCounters& counters,
-                           uint64_t flow_seed, const std::atomic<bool>& running)
+                           AcquireRaiser& acquires, uint64_t flow_seed,
+                           const std::atomic<bool>& running)
     : tun_(tun),
       pipeline_(pipeline),
       lookup_(lookup),
       segment_limit_(segment_limit),
       counters_(counters),
+      acquires_(acquires),
       flow_seed_(flow_seed),
       running_(running) {}
 
@@ -190,8 +192,12 @@ void OutboundPath::submit(pipeline::Packet* packet, const OutboundLookup& lookup
   // that matter.
   if (!superseded.channels.empty()) pipeline_.fence_outbound(superseded.channels);
   if (!channel) {
+    // Dropped, never sent in clear. A policy without any SA group is trapped: charon is
+    // asked to negotiate one. A group without a usable SA (held after a restart) is
+    // charon's to rekey already.
     counters_.no_sa.fetch_add(1, std::memory_order_relaxed);
     pipeline_.release(packet);
+    if (group == lookup.groups.end()) acquires_.no_sa_group(policy->reqid, *key);
     return;
   }
   // Drops (queue-full, sequence-exhausted, ...) are counted on the SA. A worker seals the

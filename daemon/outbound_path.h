@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 
+#include "daemon/acquire_raiser.h"
 #include "daemon/gateway_counters.h"
 #include "daemon/outbound_lookup.h"
 #include "esp/security_association.h"
@@ -32,10 +33,12 @@ namespace espgw::daemon {
 class OutboundPath {
  public:
   // `segment_limit`: the largest segment a TUN super-packet is cut into (MtuTracker).
+  // `acquires`: told of packets whose protect policy has no SA group (trap policies).
   // The readers run while `running` holds.
   OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipeline,
                const PublishedOutboundLookup& lookup, const std::atomic<unsigned>& segment_limit,
-               GatewayCounters& counters, uint64_t flow_seed, const std::atomic<bool>& running);
+               GatewayCounters& counters, AcquireRaiser& acquires, uint64_t flow_seed,
+               const std::atomic<bool>& running);
 
   // A TUN queue's reader thread, without and with offloads (virtio-net header).
   void read_tun(unsigned queue);
@@ -50,6 +53,7 @@ class OutboundPath {
   const PublishedOutboundLookup& lookup_;
   const std::atomic<unsigned>& segment_limit_;
   GatewayCounters& counters_;
+  AcquireRaiser& acquires_;
   const uint64_t flow_seed_;
   const std::atomic<bool>& running_;
 };

@@ -1,11 +1,10 @@
 /*
  * The plugin's link to espgw's control socket: one connection for commands (request,
- * response) and one on which espgw pushes events (IKE packets it received, SA expiry).
+ * response) and one on which espgw pushes events (IKE packets it received, SA expiries,
+ * acquires of trap policies; espgw_kernel_events.h hands the last two to charon).
  *
- * It also keeps what charon installed (add-sa and add-policy requests) so that when espgw
- * restarts while charon runs, the SAs and policies are installed again and the CHILD_SAs
- * are rekeyed at once: a restarted espgw has lost the sequence numbers, and a peer would
- * drop packets that start again at 1 as replays.
+ * What charon installed is kept (espgw_replay.h) so that an espgw that restarts while
+ * charon runs gets its SAs and policies again, on the next connection.
  */
 #ifndef ESPGW_CONTROL_H_
 #define ESPGW_CONTROL_H_
