@@ -594,6 +594,76 @@ TEST_F(ControlSocketTest, ARestartedCharonGetsNoExpiriesOfTheOldOne) {
   EXPECT_EQ(control_stat("expiries-pending"), 0u);
 }
 
+// A packet that meets a protect policy without SA (a trap) raises an acquire for charon:
+// none while nobody listens (counted), one per interval once the plugin is registered,
+// with the packet's addresses, protocol and ports, and none once the SA is there. The
+// packet itself is dropped either way.
+TEST_F(ControlSocketTest, ATrappedPacketRaisesPacedAcquiresForARegisteredCharon) {
+  gateway_->start();
+  xfrm::RtNetlink netlink;
+  const auto added = netlink.add_address("lo", prefix("10.1.0.1/32"));
+  ASSERT_TRUE(added || added.already_exists()) << added.message;
+  ASSERT_TRUE(command("add-policy", out_policy(true, 7)));
+  const Socket lan(socket(AF_INET, SOCK_DGRAM, 0));
+  ASSERT_GE(lan.fd, 0);
+  sockaddr_storage from, to;
+  const socklen_t from_length = io::WanSocket::make_peer(address("10.1.0.1"), 5000, from);
+  const socklen_t to_length = io::WanSocket::make_peer(address("10.2.0.2"), 9, to);
+  ASSERT_EQ(bind(lan.fd, reinterpret_cast<const sockaddr*>(&from), from_length), 0)
+      << std::strerror(errno);
+  auto send_packet = [&] {
+    ASSERT_EQ(sendto(lan.fd, "trap", 4, 0, reinterpret_cast<const sockaddr*>(&to), to_length), 4)
+        << std::strerror(errno);
+  };
+  auto stat = [&](const char* name) { return client_->request("stats").number(name).value_or(0); };
+  auto wait_for = [&](const char* name, uint64_t value) {
+    for (int i = 0; i < 100 && stat(name) != value; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return stat(name);
+  };
+
+  send_packet();  // nobody registered for acquire: counted, not queued
+  EXPECT_EQ(wait_for("acquires-no-charon", 1), 1u);
+  EXPECT_EQ(stat("acquires"), 0u);
+  const auto paced_at = std::chrono::steady_clock::now();
+  vici::Client events(path_);
+  events.subscribe("acquire");
+  send_packet();  // within the interval of the first: paced
+  EXPECT_EQ(wait_for("acquires-paced", 1), 1u);
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(50)));
+
+  std::this_thread::sleep_until(paced_at +
+                                std::chrono::milliseconds(AcquireRaiser::kIntervalMs + 100));
+  for (int i = 0; i < 50; ++i) send_packet();
+  const auto event = events.next_event(std::chrono::seconds(2));
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->name, "acquire");
+  EXPECT_EQ(event->message.number("reqid"), 7u);
+  EXPECT_EQ(*event->message.value("src"), "10.1.0.1");
+  EXPECT_EQ(*event->message.value("dst"), "10.2.0.2");
+  EXPECT_EQ(event->message.number("proto"), 17u);
+  EXPECT_EQ(event->message.number("src-port"), 5000u);
+  EXPECT_EQ(event->message.number("dst-port"), 9u);
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(100)));  // one for the 50
+  EXPECT_EQ(stat("acquires"), 1u);
+  EXPECT_EQ(wait_for("acquires-paced", 50), 50u);
+
+  // With an SA in the group, no acquire: the packets go out through it.
+  ASSERT_TRUE(command("add-sa", add_sa(0x700, false, 7)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(AcquireRaiser::kIntervalMs + 100));
+  auto no_sa = [&] {
+    const vici::Message stats = client_->request("stats");
+    const auto* drops = stats.section("gateway-drops");
+    return drops ? drops->number("no-sa").value_or(0) : 0;
+  };
+  const uint64_t dropped = no_sa();
+  EXPECT_GE(dropped, 52u);  // every packet before the SA
+  send_packet();
+  EXPECT_FALSE(events.next_event(std::chrono::milliseconds(200)));
+  EXPECT_EQ(stat("acquires"), 1u);
+  EXPECT_EQ(no_sa(), dropped);
+}
+
 }  // namespace
 }  // namespace espgw::daemon
 
