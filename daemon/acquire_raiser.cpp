@@ -5,7 +5,7 @@
 namespace espgw::daemon {
 
 void AcquireRaiser::no_sa_group(uint32_t reqid, const packet::FlowKey& packet) {
-  if (!handler_) return;
+  if (!handler_ || reqid == 0) return;  // charon numbers its reqids from 1
   const uint64_t now_ms =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::steady_clock::now().time_since_epoch())

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -119,10 +120,12 @@ TEST(AcquireRaiser, WithoutCharonTheAcquireIsCountedAndPacedAlike) {
   EXPECT_EQ(counters.acquires_paced.load(), 99u);
 }
 
-TEST(AcquireRaiser, NothingWithoutAHandler) {
+TEST(AcquireRaiser, NothingWithoutAHandlerOrForReqidZero) {
   GatewayCounters counters;
   AcquireRaiser raiser(counters);
   raiser.no_sa_group(5, udp_flow());
+  raiser.on_acquire([](uint32_t, const packet::FlowKey&) -> bool { std::abort(); });
+  raiser.no_sa_group(0, udp_flow());  // not charon's: it would find no trap
   EXPECT_EQ(counters.acquires.load() + counters.acquires_paced.load() +
                 counters.acquires_no_charon.load(),
             0u);

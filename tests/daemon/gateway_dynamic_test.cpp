@@ -662,6 +662,7 @@ TEST_F(ControlSocketTest, ATrappedPacketRaisesPacedAcquiresForARegisteredCharon)
   EXPECT_FALSE(events.next_event(std::chrono::milliseconds(200)));
   EXPECT_EQ(stat("acquires"), 1u);
   EXPECT_EQ(no_sa(), dropped);
+  gateway_->stop();  // no TUN reader left to call the control service as it goes
 }
 
 }  // namespace
