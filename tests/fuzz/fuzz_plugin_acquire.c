@@ -12,36 +12,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void check(chunk_t message)
-{
-	espgw_acquire_t acquire;
-	u_char binary[16];
-	int family;
+static void check(chunk_t message) {
+  espgw_acquire_t acquire;
+  u_char binary[16];
+  int family;
 
-	if (!espgw_acquire_parse(message, &acquire))
-	{
-		return;
-	}
-	family = acquire.ipv6 ? AF_INET6 : AF_INET;
-	if (acquire.reqid == 0 || !memchr(acquire.src, '\0', sizeof(acquire.src)) ||
-		!memchr(acquire.dst, '\0', sizeof(acquire.dst)) ||
-		inet_pton(family, acquire.src, binary) != 1 ||
-		inet_pton(family, acquire.dst, binary) != 1 ||
-		(!acquire.has_ports && (acquire.src_port || acquire.dst_port)))
-	{
-		abort();
-	}
+  if (!espgw_acquire_parse(message, &acquire)) {
+    return;
+  }
+  family = acquire.ipv6 ? AF_INET6 : AF_INET;
+  if (acquire.reqid == 0 || !memchr(acquire.src, '\0', sizeof(acquire.src)) ||
+      !memchr(acquire.dst, '\0', sizeof(acquire.dst)) ||
+      inet_pton(family, acquire.src, binary) != 1 || inet_pton(family, acquire.dst, binary) != 1 ||
+      (!acquire.has_ports && (acquire.src_port || acquire.dst_port))) {
+    abort();
+  }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-	chunk_t input = chunk_create((u_char *)data, size), name, message;
-	uint8_t type;
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  chunk_t input = chunk_create((u_char*)data, size), name, message;
+  uint8_t type;
 
-	if (evc_parse_packet(input, &type, &name, &message))
-	{
-		check(message);
-	}
-	check(input);
-	return 0;
+  if (evc_parse_packet(input, &type, &name, &message)) {
+    check(message);
+  }
+  check(input);
+  return 0;
 }
