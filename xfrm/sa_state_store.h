@@ -9,10 +9,35 @@
 // reserves ahead (write-ahead): a number is used only once a value at or above it is on
 // disk, so after a crash the counter continues past the last reservation.
 //
-// One file, `sa-state`, in the state directory, written whole: a temporary file, fsync,
-// rename over the old one, fsync of the directory. A second file, `initialized`, is made
-// once and never rewritten: a directory that has it but no readable `sa-state` has lost
-// its state (health lost), which is not the same as a first start (health fresh).
+// One file, `sa-state`, in the state directory: a snapshot followed by a journal.
+//
+//   espgw-sa-state 2 GENERATION
+//   out|in FINGERPRINT COUNTER|held spi 0xSPI dst ADDRESS|-      one line per key
+//   sha256 HEX                        SHA-256 of every byte above it
+//   put INDEX out|in FINGERPRINT COUNTER|held spi 0xSPI dst ADDRESS|- CHECK
+//   erase INDEX out|in FINGERPRINT CHECK
+//
+// The snapshot (the lines up to the sha256 line) is written whole: a temporary file,
+// fsync, rename over the old one, fsync of the directory. Each later change is a journal
+// line appended and fdatasynced; write() returns only after that, so a reservation is
+// usable only once its line is durable. Journal lines are numbered from 1 and each ends
+// in CHECK, the first 32 hex digits of SHA-256(previous CHECK, or for line 1 the
+// snapshot's sha256 hex, "\n", the line up to its CHECK): a line checks itself, its place
+// and the snapshot (and so the generation) it belongs to. On reading, a final line without
+// its newline is the write that a crash cut short: its append never returned, so nothing
+// it carried was used, and it is ignored. Anything else that fails (the header, the
+// snapshot's checksum, a complete line's CHECK or number) makes the whole file unusable.
+// When the file has grown to about twice the live records, the next write is a new
+// snapshot (GENERATION + 1) in place of snapshot and journal; so is the first write
+// after a start, and the first after a failed write.
+//
+// Version 1 files (espgw-sa-state 1: the snapshot alone, no journal) are still read, so
+// that a state directory from before the journal keeps its counters; the first write
+// replaces them with version 2.
+//
+// A second file, `initialized`, is made once and never rewritten: a directory that has it
+// but no readable `sa-state` has lost its state (health lost), which is not the same as a
+// first start (health fresh).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +45,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "esp/ip_address.h"
 #include "xfrm/direction.h"
@@ -67,34 +93,71 @@ class SaStateStore {
   // Why the state counts as lost (empty unless health() is lost).
   const std::string& lost_reason() const { return lost_reason_; }
   const std::string& directory() const { return directory_; }
+  // Bytes of a journal line cut short by a crash at the end of the file, ignored on loading
+  // (the append never returned, so nothing it carried was used).
+  size_t torn_bytes() const { return torn_bytes_; }
 
   std::optional<SaStateRecord> find(const SaStateKey& key) const;
   void put(const SaStateKey& key, const SaStateRecord& record);
   void erase(const SaStateKey& key);
   size_t size() const { return records_.size(); }
 
-  // Writes the records when they changed since the last successful write (or always with
-  // `force`). Returns false, with `error` set, when the write failed: the caller must then
-  // not rely on anything it put since. An in-memory store always succeeds.
+  // Makes the records durable when they changed since the last successful write (or always
+  // with `force`, as a new snapshot): appends the changed ones to the journal, or writes a
+  // new snapshot when one is due. Returns false, with `error` set, when the write failed:
+  // the caller must then not rely on anything it put since. An in-memory store always
+  // succeeds.
   bool write(std::string* error = nullptr, bool force = false);
 
-  // The file's text for the records (what write() puts on disk), and its parser: nullopt
-  // when the text is not a complete, verified state file.
-  static std::string serialize(const std::map<SaStateKey, SaStateRecord>& records);
-  // A state file around record lines as they are: the header and the checksum line.
+  struct Stats {
+    uint64_t appends = 0;     // journal writes (each one fdatasync)
+    uint64_t snapshots = 0;   // whole-file writes
+    uint64_t generation = 0;  // of the file on disk
+    size_t file_records = 0;  // snapshot plus journal lines in the file
+  };
+  const Stats& stats() const { return stats_; }
+
+  // The text of a snapshot of the records (what a compaction puts on disk), and the parser
+  // of a whole file: nullopt when the text is not a verified state file (version 1 or 2).
+  static std::string serialize(const std::map<SaStateKey, SaStateRecord>& records,
+                               uint64_t generation = 1);
+  // A version 1 state file around record lines as they are: the header and the checksum
+  // line.
   static std::string file_text(std::string_view record_lines);
+  // `file` (a version 2 snapshot, possibly with journal lines) with the journal lines
+  // `operations` appended, each numbered and checked as write() does ("put KEY..." or
+  // "erase KEY", without INDEX and CHECK); for tests and the fuzz target.
+  static std::string append_journal(std::string file, std::string_view operations);
   static std::optional<std::map<SaStateKey, SaStateRecord>> parse(const std::string& text,
                                                                   std::string* error = nullptr);
 
   static constexpr const char* kStateFile = "sa-state";
   static constexpr const char* kMarkerFile = "initialized";
+  // No snapshot is rewritten for fewer journal lines than this.
+  static constexpr size_t kMinCompaction = 256;
 
  private:
+  enum class AppendResult { done, failed, snapshot };
+  bool write_snapshot(std::string* error);
+  AppendResult append(std::string* error);
+
   std::string directory_;  // empty: in memory only
   Health health_ = Health::fresh;
   std::string lost_reason_;
+  size_t torn_bytes_ = 0;
   std::map<SaStateKey, SaStateRecord> records_;
   bool dirty_ = false;
+  // Keys put or erased since the last write: what the next append writes.
+  std::vector<SaStateKey> changed_;
+  // The next write is a snapshot: the first after a start, or after a failed write (whose
+  // bytes may have reached the file).
+  bool snapshot_due_ = true;
+  // The file as this store last wrote it: its length, the last CHECK (the chain's end)
+  // and the next journal line's number.
+  uint64_t file_size_ = 0;
+  std::string chain_;
+  uint64_t next_index_ = 1;
+  Stats stats_;
 };
 
 }  // namespace espgw::xfrm

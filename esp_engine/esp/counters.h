@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "esp/activity_signal.h"
 #include "esp/drop_reason.h"
 
 namespace espgw::esp {
@@ -42,6 +43,7 @@ class SaCounters {
   void count_packet_locked(uint64_t inner_bytes) {
     packets_.store(packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     bytes_.store(bytes_.load(std::memory_order_relaxed) + inner_bytes, std::memory_order_relaxed);
+    activity_.note();
   }
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
@@ -51,9 +53,13 @@ class SaCounters {
   uint64_t total_drops() const { return drops_.total_drops(); }
   const DropCounters& drop_counters() const { return drops_; }
 
+  // Raised by every counted packet (the state keeper visits only SAs with traffic).
+  ActivitySignal& activity() { return activity_; }
+
  private:
   std::atomic<uint64_t> packets_{0};
   std::atomic<uint64_t> bytes_{0};
+  ActivitySignal activity_;
   DropCounters drops_;
 };
 

@@ -113,8 +113,11 @@ DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint6
   const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
   if (next == 0 || next > last) return DropReason::sequence_exhausted;
   if (held_.load(std::memory_order_relaxed)) return DropReason::sa_held;
-  if (next > sequence_ceiling_.load(std::memory_order_relaxed))
+  if (next > sequence_ceiling_.load(std::memory_order_relaxed)) {
+    // Wakes the state keeper even when no number was taken since it last looked.
+    counters_.activity().note();
     return DropReason::sequence_unreserved;
+  }
   if (next > limit) return DropReason::queue_full;
   // Park at 0 instead of wrapping: a wrapped counter would hand out a number twice.
   next_sequence_.store(next == last ? 0 : next + 1, std::memory_order_relaxed);
@@ -126,6 +129,7 @@ DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint6
 void OutboundSa::set_next_sequence(uint64_t next) {
   std::lock_guard guard(sequence_lock_);
   next_sequence_.store(next, std::memory_order_relaxed);
+  counters_.activity().note();
 }
 
 void OutboundSa::set_sequence_ceiling(uint64_t ceiling) {
