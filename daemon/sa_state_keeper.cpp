@@ -71,6 +71,11 @@ SaStateKeeper::SaStateKeeper(const std::string& directory)
     case xfrm::SaStateStore::Health::loaded:
       log(LogLevel::info, "SA state: %zu keys' counters read from %s", store_.size(),
           directory.c_str());
+      if (store_.torn_bytes() != 0)
+        log(LogLevel::warn,
+            "SA state: the last journal write before the stop was cut short (%zu bytes "
+            "ignored); it was never acknowledged, so nothing it reserved was used",
+            store_.torn_bytes());
       break;
     case xfrm::SaStateStore::Health::lost:
       log(LogLevel::error,
@@ -93,6 +98,7 @@ SaStateKeeper::Tracked& SaStateKeeper::track_locked(const xfrm::SaStateKey& key,
   auto found = tracked_.find(key);
   if (found != tracked_.end()) return found->second;
   Tracked tracked;
+  tracked.last_visit_tick = tick_;
   if (const auto record = store_.find(key)) {
     tracked.held = record->held;
     tracked.used = tracked.durable = record->held ? 0 : record->high_water;
@@ -122,6 +128,7 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
   tracked.spi = sa->config().spi;
   tracked.destination = sa->config().tunnel_destination;
   if (tracked.held) {
+    unwatch_locked(tracked);
     sa->set_held(true);
     put_locked(key, tracked, 0);
     log(LogLevel::error,
@@ -136,6 +143,7 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
                                ? kNewKeyAllowance
                                : (tracked.durable_written ? tracked.durable : tracked.used);
   sa->set_sequence_ceiling(ceiling);
+  watch_locked(key, tracked, sa->counters().activity());
   if (tracked.used != 0)
     log(LogLevel::info, "SA out spi 0x%08x continues after sequence number %llu", tracked.spi,
         static_cast<unsigned long long>(tracked.used));
@@ -153,8 +161,12 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
   tracked.outbound.reset();
   tracked.spi = sa->config().spi;
   tracked.destination = sa->config().tunnel_destination;
-  if (!anti_replay) return false;
+  if (!anti_replay) {
+    unwatch_locked(tracked);
+    return false;
+  }
   if (tracked.held) {
+    unwatch_locked(tracked);
     sa->replay_window().set_held(true);
     put_locked(key, tracked, 0);
     log(LogLevel::error,
@@ -173,7 +185,28 @@ bool SaStateKeeper::adopt(const xfrm::SaStateKey& key, const std::shared_ptr<esp
       fresh && origin == InstallOrigin::charon_new
           ? kNewKeyAllowance
           : (tracked.durable_written ? tracked.durable : tracked.used));
+  watch_locked(key, tracked, sa->counters().activity());
   return false;
+}
+
+void SaStateKeeper::watch_locked(const xfrm::SaStateKey& key, Tracked& tracked,
+                                 esp::ActivitySignal& activity) {
+  unwatch_locked(tracked);
+  tracked.cookie = ++next_cookie_;
+  watched_.emplace(tracked.cookie, key);
+  activity.set_observer(this, tracked.cookie);
+  pending_.push_back(key);  // its first reservation, or one that continues its key's
+}
+
+void SaStateKeeper::unwatch_locked(Tracked& tracked) {
+  // The SA may still note a packet under the old cookie: the lookup finds nothing.
+  if (tracked.cookie != 0) watched_.erase(tracked.cookie);
+  tracked.cookie = 0;
+}
+
+void SaStateKeeper::on_activity(uint64_t cookie) {
+  std::lock_guard lock(activity_mutex_);
+  active_.push_back(cookie);
 }
 
 void SaStateKeeper::take_over_locked(Tracked& tracked, const void* successor) {
@@ -193,6 +226,7 @@ void SaStateKeeper::retire(const xfrm::SaStateKey& key, bool forget) {
   auto found = tracked_.find(key);
   if (found == tracked_.end()) return;
   Tracked& tracked = found->second;
+  unwatch_locked(tracked);
   if (forget) {
     if (tracked.outbound) tracked.outbound->seal();
     tracked_.erase(found);
@@ -222,57 +256,34 @@ void SaStateKeeper::put_locked(const xfrm::SaStateKey& key, const Tracked& track
 
 bool SaStateKeeper::reserve() {
   std::lock_guard lock(mutex_);
-  struct Raise {
-    Tracked* tracked;
-    uint64_t value;
-  };
-  std::vector<Raise> raises;
-  for (auto& [key, tracked] : tracked_) {
-    if (tracked.held) continue;
-    if (tracked.outbound) {
-      const uint64_t used = tracked.outbound->last_sequence();
-      const uint64_t last = esp::last_sequence_number(tracked.outbound->config().esn);
-      const uint64_t ceiling = tracked.outbound->sequence_ceiling();
-      if (tracked.durable_written && tracked.durable >= used + kOutboundBlock / 2) continue;
-      if (tracked.durable_written && tracked.durable == last) continue;
-      // Never below what the SA may already use (a new key's allowance).
-      const uint64_t target =
-          std::max(ceiling, used > last - kOutboundBlock ? last : used + kOutboundBlock);
-      put_locked(key, tracked, target);
-      raises.push_back({&tracked, target});
-    } else if (tracked.inbound && tracked.inbound->replay_window().size() != 0) {
-      auto& window = tracked.inbound->replay_window();
-      const uint64_t top = window.highest();
-      // The rate is what the SA accepted, not how far its top moved (a jump is no rate).
-      const uint64_t packets = tracked.inbound->counters().packets();
-      const uint64_t per_tick = packets - std::min(packets, tracked.packets_at_last_tick);
-      tracked.packets_at_last_tick = packets;
-      // Two views of the rate: this tick's (a burst must not outrun its reservation) and
-      // the last window's average (a steady SA writes seldom; one tick with a packet in
-      // it says little about an SA that gets one every ten ticks).
-      if (++tracked.ticks_in_window == kTicksPerRateWindow) {
-        const uint64_t in_window = packets - std::min(packets, tracked.packets_at_window_start);
-        tracked.window_block = step_for(in_window * kWindowsPerStep);
-        tracked.packets_at_window_start = packets;
-        tracked.ticks_in_window = 0;
-      }
-      // Grows at once, shrinks by half a tick: a quiet SA soon gets a short step again
-      // (what a crash makes it refuse).
-      tracked.block = std::max(
-          {step_for(per_tick * kTicksPerBurstStep), tracked.window_block, tracked.block / 2});
-      if (tracked.durable_written && tracked.durable >= top + tracked.block / 2) continue;
-      const uint64_t last = esp::last_sequence_number(window.esn());
-      const uint64_t target =
-          std::max(window.accept_limit() == UINT64_MAX ? 0 : window.accept_limit(),
-                   top > last - tracked.block ? last : top + tracked.block);
-      put_locked(key, tracked, target);
-      raises.push_back({&tracked, target});
+  ++tick_;
+  std::vector<xfrm::SaStateKey> visit;
+  visit.swap(pending_);
+  {
+    std::vector<uint64_t> active;
+    {
+      std::lock_guard activity_lock(activity_mutex_);
+      active.swap(active_);
     }
+    for (const uint64_t cookie : active)
+      if (const auto found = watched_.find(cookie); found != watched_.end())
+        visit.push_back(found->second);
+  }
+  std::vector<Raise> raises;
+  for (const xfrm::SaStateKey& key : visit) {
+    const auto found = tracked_.find(key);
+    if (found == tracked_.end()) continue;  // forgotten since
+    Tracked& tracked = found->second;
+    if (tracked.held || tracked.last_visit_tick == tick_) continue;
+    ++visits_;
+    visit_locked(key, tracked, raises);
   }
   std::string error;
   if (!store_.write(&error)) {
     ++write_failures_;
     log(LogLevel::error, "SA state: %s; reservations not raised", error.c_str());
+    // Looked at again next tick, whether or not they carry traffic by then.
+    for (const Raise& raise : raises) pending_.push_back(raise.key);
     return false;
   }
   if (!raises.empty()) ++writes_;
@@ -285,6 +296,73 @@ bool SaStateKeeper::reserve() {
       raise.tracked->inbound->replay_window().set_accept_limit(raise.value);
   }
   return true;
+}
+
+void SaStateKeeper::visit_locked(const xfrm::SaStateKey& key, Tracked& tracked,
+                                 std::vector<Raise>& raises) {
+  // Ticks since the last look in which the SA noted no packet (one would have brought it
+  // here): its rate window closes and its step shrinks as if it had been looked at then.
+  const uint64_t idle = tick_ - std::min(tick_, tracked.last_visit_tick + 1);
+  tracked.last_visit_tick = tick_;
+  if (tracked.outbound) {
+    // Cleared before the counter is read: a packet after this is noted again.
+    tracked.outbound->counters().activity().clear();
+    const uint64_t used = tracked.outbound->last_sequence();
+    const uint64_t last = esp::last_sequence_number(tracked.outbound->config().esn);
+    const uint64_t ceiling = tracked.outbound->sequence_ceiling();
+    if (tracked.durable_written && tracked.durable >= used + kOutboundBlock / 2) return;
+    if (tracked.durable_written && tracked.durable == last) return;
+    // Never below what the SA may already use (a new key's allowance).
+    const uint64_t target =
+        std::max(ceiling, used > last - kOutboundBlock ? last : used + kOutboundBlock);
+    put_locked(key, tracked, target);
+    raises.push_back({key, &tracked, target});
+  } else if (tracked.inbound && tracked.inbound->replay_window().size() != 0) {
+    tracked.inbound->counters().activity().clear();
+    if (idle != 0) {
+      const uint64_t to_window_end = kTicksPerRateWindow - tracked.ticks_in_window;
+      if (idle >= to_window_end) {
+        const uint64_t in_window =
+            tracked.packets_at_last_tick -
+            std::min(tracked.packets_at_last_tick, tracked.packets_at_window_start);
+        const uint64_t after = idle - to_window_end;
+        tracked.window_block =
+            step_for(after >= kTicksPerRateWindow ? 0 : in_window * kWindowsPerStep);
+        tracked.packets_at_window_start = tracked.packets_at_last_tick;
+        tracked.ticks_in_window = static_cast<unsigned>(after % kTicksPerRateWindow);
+      } else {
+        tracked.ticks_in_window += static_cast<unsigned>(idle);
+      }
+      tracked.block = std::max(
+          {step_for(0), tracked.window_block, idle >= 64 ? uint64_t{0} : tracked.block >> idle});
+    }
+    auto& window = tracked.inbound->replay_window();
+    const uint64_t top = window.highest();
+    // The rate is what the SA accepted, not how far its top moved (a jump is no rate).
+    const uint64_t packets = tracked.inbound->counters().packets();
+    const uint64_t per_tick = packets - std::min(packets, tracked.packets_at_last_tick);
+    tracked.packets_at_last_tick = packets;
+    // Two views of the rate: this tick's (a burst must not outrun its reservation) and
+    // the last window's average (a steady SA writes seldom; one tick with a packet in
+    // it says little about an SA that gets one every ten ticks).
+    if (++tracked.ticks_in_window == kTicksPerRateWindow) {
+      const uint64_t in_window = packets - std::min(packets, tracked.packets_at_window_start);
+      tracked.window_block = step_for(in_window * kWindowsPerStep);
+      tracked.packets_at_window_start = packets;
+      tracked.ticks_in_window = 0;
+    }
+    // Grows at once, shrinks by half a tick: a quiet SA soon gets a short step again
+    // (what a crash makes it refuse).
+    tracked.block = std::max(
+        {step_for(per_tick * kTicksPerBurstStep), tracked.window_block, tracked.block / 2});
+    if (tracked.durable_written && tracked.durable >= top + tracked.block / 2) return;
+    const uint64_t last = esp::last_sequence_number(window.esn());
+    const uint64_t target =
+        std::max(window.accept_limit() == UINT64_MAX ? 0 : window.accept_limit(),
+                 top > last - tracked.block ? last : top + tracked.block);
+    put_locked(key, tracked, target);
+    raises.push_back({key, &tracked, target});
+  }
 }
 
 bool SaStateKeeper::reserve_through(const xfrm::SaStateKey& key, uint64_t sequence) {
@@ -370,6 +448,8 @@ SaStateKeeper::Status SaStateKeeper::status() const {
   for (const auto& [key, tracked] : tracked_) status.held += tracked.held ? 1 : 0;
   status.writes = writes_;
   status.write_failures = write_failures_;
+  status.ticks = tick_;
+  status.visits = visits_;
   return status;
 }
 

@@ -9,7 +9,11 @@
 //     to a restarted espgw) continues where its key stopped;
 //   - an SA whose state is unknown (lost state file, or charon re-installing an SA there is
 //     no record of) is held: it carries nothing on its key until it is replaced.
-// A thread of its own raises reservations that run low, every few milliseconds.
+// A thread of its own raises reservations that run low, every few milliseconds. It looks
+// only at SAs that may need a raise: new ones, ones whose raise failed, and ones whose
+// counters noted a packet since it last looked (esp::ActivitySignal), so that a tick costs
+// what changed, not what is installed. Whether a number may be used never depends on that:
+// the SA's own ceiling (accept limit) refuses what is not on disk.
 #pragma once
 
 #include <condition_variable>
@@ -19,7 +23,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
+#include "esp/activity_signal.h"
 #include "esp/security_association.h"
 #include "xfrm/sa_state_store.h"
 
@@ -32,7 +39,7 @@ enum class InstallOrigin : uint8_t {
   charon_replayed,  // charon's plugin re-installing what a previous espgw had
 };
 
-class SaStateKeeper {
+class SaStateKeeper : private esp::ActivityObserver {
  public:
   // Outbound reservations run this far ahead: a crash skips at most this many numbers
   // (2^32 / 2^20: four thousand crashes before a non-ESN SA runs out).
@@ -90,6 +97,8 @@ class SaStateKeeper {
     size_t held = 0;
     uint64_t writes = 0;
     uint64_t write_failures = 0;
+    uint64_t ticks = 0;   // reserve() calls
+    uint64_t visits = 0;  // SAs looked at by reserve(), all ticks together
   };
   Status status() const;
   // For one SA: whether it is held, and how far its reservation runs.
@@ -114,6 +123,13 @@ class SaStateKeeper {
     bool durable_written = false;
     uint32_t spi = 0;
     esp::IpAddress destination;
+    uint64_t cookie = 0;           // the live SA's activity cookie (0: none watched)
+    uint64_t last_visit_tick = 0;  // reserve()'s tick when it last looked at this SA
+  };
+  struct Raise {
+    xfrm::SaStateKey key;
+    Tracked* tracked;
+    uint64_t value;
   };
   Tracked& track_locked(const xfrm::SaStateKey& key, InstallOrigin origin, bool anti_replay,
                         bool& fresh);
@@ -121,6 +137,12 @@ class SaStateKeeper {
   // first, which is sealed or held, so that the two never count the same numbers.
   void take_over_locked(Tracked& tracked, const void* successor);
   void put_locked(const xfrm::SaStateKey& key, const Tracked& tracked, uint64_t value);
+  // Looks at the live SA's counters from the next tick on, and once at that tick.
+  void watch_locked(const xfrm::SaStateKey& key, Tracked& tracked, esp::ActivitySignal& activity);
+  void unwatch_locked(Tracked& tracked);
+  // One SA's part of a tick: a raise when its reservation runs low.
+  void visit_locked(const xfrm::SaStateKey& key, Tracked& tracked, std::vector<Raise>& raises);
+  void on_activity(uint64_t cookie) override;
   void run();
 
   mutable std::mutex mutex_;
@@ -129,6 +151,16 @@ class SaStateKeeper {
   std::map<xfrm::SaStateKey, Tracked> tracked_;
   uint64_t writes_ = 0;
   uint64_t write_failures_ = 0;
+  uint64_t tick_ = 0;
+  uint64_t visits_ = 0;
+  // What the next tick looks at: keys adopted or whose raise failed (under mutex_), and
+  // the cookies of SAs whose counters noted traffic (under activity_mutex_, which a worker
+  // takes once per SA and tick, never while the disk is written).
+  std::vector<xfrm::SaStateKey> pending_;
+  std::unordered_map<uint64_t, xfrm::SaStateKey> watched_;  // cookie -> key
+  uint64_t next_cookie_ = 0;
+  std::mutex activity_mutex_;
+  std::vector<uint64_t> active_;
 
   std::mutex thread_mutex_;
   std::condition_variable wake_;

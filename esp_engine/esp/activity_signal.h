@@ -10,12 +10,10 @@ namespace espgw::esp {
 
 class ActivityObserver {
  public:
+  virtual ~ActivityObserver() = default;
   // On a worker, possibly under the SA's lock: must be short and must not block on the
   // observer's own long-held locks.
   virtual void on_activity(uint64_t cookie) = 0;
-
- protected:
-  ~ActivityObserver() = default;
 };
 
 class ActivitySignal {
