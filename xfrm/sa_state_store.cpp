@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -451,10 +452,17 @@ bool SaStateStore::write(std::string* error, bool force) {
 
 bool SaStateStore::write_snapshot(std::string* error) {
   std::string checksum;
-  const std::string text = snapshot_text(records_, stats_.generation + 1, &checksum);
+  // A snapshot written after a loss must not repeat an earlier one (whose journal lines
+  // would then continue it): the clock's nanoseconds when they are ahead.
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const uint64_t generation =
+      std::max(stats_.generation + 1, static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u +
+                                          static_cast<uint64_t>(now.tv_nsec));
+  const std::string text = snapshot_text(records_, generation, &checksum);
   snapshot_due_ = true;  // until this one is in place
   if (!write_durably(directory_, directory_ + "/" + kStateFile, text, error)) return false;
-  ++stats_.generation;
+  stats_.generation = generation;
   ++stats_.snapshots;
   stats_.file_records = records_.size();
   file_size_ = text.size();

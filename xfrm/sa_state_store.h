@@ -27,8 +27,10 @@
 // its newline is the write that a crash cut short: its append never returned, so nothing
 // it carried was used, and it is ignored. Anything else that fails (the header, the
 // snapshot's checksum, a complete line's CHECK or number) makes the whole file unusable.
-// When the file has grown to about twice the live records, the next write is a new
-// snapshot (GENERATION + 1) in place of snapshot and journal; so is the first write
+// GENERATION grows with every snapshot and is at least the wall clock's nanoseconds, so
+// that a snapshot written after a loss never repeats an earlier one. When the file has
+// grown to about twice the live records, the next write is a new snapshot in place of
+// snapshot and journal; so is the first write
 // after a start, and the first after a failed write.
 //
 // Version 1 files (espgw-sa-state 1: the snapshot alone, no journal) are still read, so
