@@ -30,12 +30,13 @@
 // GENERATION grows with every snapshot and is at least the wall clock's nanoseconds, so
 // that a snapshot written after a loss never repeats an earlier one. When the file has
 // grown to about twice the live records, the next write is a new snapshot in place of
-// snapshot and journal; so is the first write
-// after a start, and the first after a failed write.
+// snapshot and journal; so is the first write after a start, and the first after a failed
+// write. A crash during a snapshot leaves the old file or the new one, both whole.
 //
 // Version 1 files (espgw-sa-state 1: the snapshot alone, no journal) are still read, so
-// that a state directory from before the journal keeps its counters; the first write
-// replaces them with version 2.
+// that a state directory from before the journal keeps its counters (holding every key
+// after an upgrade would stop every static SA); the first write replaces them with
+// version 2.
 //
 // A second file, `initialized`, is made once and never rewritten: a directory that has it
 // but no readable `sa-state` has lost its state (health lost), which is not the same as a
