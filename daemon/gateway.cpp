@@ -139,6 +139,7 @@ Gateway::Gateway(GatewayConfig config)
     throw std::runtime_error("tun-name '" + tun_->name() +
                              "': the firewall rules need letters, digits, '_', '-' or '.' only");
   firewall_ = std::make_unique<xfrm::KernelFirewall>();
+  firewall_sync_ = std::make_unique<xfrm::FirewallSync>(*firewall_, tun_->name());
   routes_ = std::make_unique<RouteTable>(netlink_, tun_->name());
   routes_->adopt_fail_closed_routes();
 
@@ -169,7 +170,6 @@ Gateway::Gateway(GatewayConfig config)
     // the routes of its last policies stay closed until it does.
     if (config_.control_socket.empty()) {
       routes_->remove_unused_fail_closed_routes();
-      firewall_dirty_ = true;
     }
   }
   if (!sync_kernel_firewall())
@@ -352,7 +352,8 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
   // The SPD learns the policy before its route exists: whatever the route brings in
   // finds the policy.
   outbound_lookup_.load()->spd->add(policy);
-  firewall_dirty_ = true;  // every policy is a rule of the firewall
+  // Every policy is a rule of the firewall, in the order the SPD was given them.
+  firewall_changes_.push_back({xfrm::FirewallChange::Kind::add_policy, policy, {}});
   routes_->add_policy(policy);
   policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
 }
@@ -360,7 +361,8 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
 bool Gateway::remove_policy_locked(uint32_t id) {
   auto existing = policies_.find(id);
   if (existing == policies_.end()) return false;
-  firewall_dirty_ = true;
+  firewall_changes_.push_back(
+      {xfrm::FirewallChange::Kind::remove_policy, existing->second.policy, {}});
   routes_->drop_policy(existing->second.policy);
   outbound_lookup_.load()->spd->remove(id);
   policies_.erase(existing);
@@ -368,21 +370,29 @@ bool Gateway::remove_policy_locked(uint32_t id) {
 }
 
 bool Gateway::sync_kernel_firewall() {
-  xfrm::FirewallSpec spec;
+  std::vector<xfrm::FirewallChange> changes;
   {
     std::lock_guard lock(control_mutex_);
-    if (!firewall_dirty_) return true;
-    firewall_dirty_ = false;
-    spec.tun_name = tun_->name();
-    spec.policies = outbound_lookup_.load()->spd->list();
-    spec.fail_closed_prefixes = routes_->fail_closed_prefixes();
+    changes.swap(firewall_changes_);
+    for (auto& [prefix, added] : routes_->take_fail_closed_prefix_changes())
+      changes.push_back({added ? xfrm::FirewallChange::Kind::add_prefix
+                               : xfrm::FirewallChange::Kind::remove_prefix,
+                         {},
+                         prefix});
   }
-  // Without the lock: nft takes a while with many policies, and charon's changes go on.
-  const auto r = firewall_->run(xfrm::firewall_ruleset(spec), "installing the policies' rules");
+  // Without the lock: charon's changes go on while nft works.
+  for (const auto& change : changes) firewall_sync_->apply(change);
+  if (!firewall_sync_->pending()) return true;
+  const uint64_t rebuilds = firewall_sync_->stats().rebuilds;
+  const auto r = firewall_sync_->sync();
+  const auto& stats = firewall_sync_->stats();
+  // The first is the start; any later one means the table was not as espgw left it.
+  if (stats.rebuilds != rebuilds && stats.rebuilds > 1)
+    log(LogLevel::warn, "nftables: table %s written whole again (rebuild %llu): %s",
+        xfrm::firewall_table_name(tun_->name()).c_str(),
+        static_cast<unsigned long long>(stats.rebuilds), stats.last_rebuild_reason.c_str());
   if (r) return true;
   log(LogLevel::error, "%s", r.message.c_str());
-  std::lock_guard lock(control_mutex_);
-  firewall_dirty_ = true;  // the next call tries again
   return false;
 }
 

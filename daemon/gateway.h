@@ -37,6 +37,7 @@
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
+#include "xfrm/firewall_sync.h"
 #include "xfrm/kernel_firewall.h"
 #include "xfrm/key_fingerprint.h"
 #include "xfrm/netlink.h"
@@ -67,9 +68,10 @@ class Gateway {
   // limit by up to 100 ms of traffic.
   void enforce_lifetimes();
   // Brings the kernel firewall (xfrm/kernel_firewall.h) in line with the policies when
-  // they changed since the last call. Called with enforce_lifetimes, every 100 ms, so
-  // that a burst of charon's changes costs one nft transaction, not one each. False (and
-  // logged; tried again on the next call) when nft refused it.
+  // they changed since the last call: only the rules they touch (xfrm/firewall_sync.h).
+  // Called with enforce_lifetimes, every 100 ms, so that a burst of charon's changes costs
+  // one nft transaction, not one each. False (and logged; the whole table is written again
+  // on the next call) when nft refused it.
   bool sync_kernel_firewall();
 
   // --- The control path (charon through the control socket; docs/strongswan.md). ---
@@ -187,10 +189,11 @@ class Gateway {
 
   std::unique_ptr<SaTable> sas_;
   std::unique_ptr<RouteTable> routes_;
-  // The nftables table of the policies; rewritten by sync_kernel_firewall when dirty.
+  // The nftables table of the policies, changed by sync_kernel_firewall (its thread only).
   std::unique_ptr<xfrm::KernelFirewall> firewall_;
-  bool firewall_dirty_ = true;                    // under control_mutex_
-  std::map<uint32_t, InstalledPolicy> policies_;  // by id, static and charon's
+  std::unique_ptr<xfrm::FirewallSync> firewall_sync_;
+  std::vector<xfrm::FirewallChange> firewall_changes_;  // under control_mutex_, not yet synced
+  std::map<uint32_t, InstalledPolicy> policies_;        // by id, static and charon's
   // What the TUN readers look packets up in; its groups are the SA table's.
   PublishedOutboundLookup outbound_lookup_{std::make_shared<const OutboundLookup>()};
 

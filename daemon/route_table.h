@@ -43,6 +43,10 @@ class RouteTable {
   std::vector<esp::IpPrefix> fail_closed_prefixes() const {
     return fail_closed_routes_.fail_closed_prefixes();
   }
+  // Those that came (true) or went (false) since the last call, in order.
+  std::vector<std::pair<esp::IpPrefix, bool>> take_fail_closed_prefix_changes() {
+    return fail_closed_routes_.take_prefix_changes();
+  }
 
   // Removes the routes through the TUN device (the gateway goes down); the fail-closed
   // routes and bypass rules stay.

@@ -3,6 +3,7 @@
 #include <net/if.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace espgw::xfrm {
 
@@ -30,7 +31,10 @@ std::string FailClosedRouteSet::key(Kind kind, const Selector& selector) {
 
 bool FailClosedRouteSet::use(Kind kind, const Selector& selector) {
   auto [slot, fresh] = slots_.try_emplace(key(kind, selector));
-  if (fresh) slot->second.entry = {kind, selector};
+  if (fresh) {
+    slot->second.entry = {kind, selector};
+    note(kind, selector, true);
+  }
   ++slot->second.users;
   return fresh;
 }
@@ -40,13 +44,17 @@ bool FailClosedRouteSet::release(Kind kind, const Selector& selector, bool keep_
   if (slot == slots_.end()) return false;
   if (slot->second.users > 0) --slot->second.users;
   if (slot->second.users > 0 || keep_unused) return false;
+  note(kind, selector, false);
   slots_.erase(slot);
   return true;
 }
 
 void FailClosedRouteSet::adopt(Kind kind, const Selector& selector) {
   auto [slot, fresh] = slots_.try_emplace(key(kind, selector));
-  if (fresh) slot->second.entry = {kind, selector};
+  if (fresh) {
+    slot->second.entry = {kind, selector};
+    note(kind, selector, true);
+  }
 }
 
 std::vector<FailClosedRouteSet::Entry> FailClosedRouteSet::unused() const {
@@ -57,7 +65,15 @@ std::vector<FailClosedRouteSet::Entry> FailClosedRouteSet::unused() const {
 }
 
 void FailClosedRouteSet::forget(Kind kind, const Selector& selector) {
-  slots_.erase(key(kind, selector));
+  if (slots_.erase(key(kind, selector)) != 0) note(kind, selector, false);
+}
+
+void FailClosedRouteSet::note(Kind kind, const Selector& selector, bool added) {
+  if (kind == Kind::fail_closed) prefix_changes_.emplace_back(selector.remote, added);
+}
+
+std::vector<std::pair<esp::IpPrefix, bool>> FailClosedRouteSet::take_prefix_changes() {
+  return std::exchange(prefix_changes_, {});
 }
 
 std::vector<esp::IpPrefix> FailClosedRouteSet::fail_closed_prefixes() const {

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "esp/ip_address.h"
@@ -69,6 +70,9 @@ class FailClosedRouteSet {
   // The prefixes of every installed fail-closed route.
   std::vector<esp::IpPrefix> fail_closed_prefixes() const;
   size_t users(Kind kind, const Selector& selector) const;
+  // Fail-closed prefixes that came (true) or went (false) since the last call, in order:
+  // what the firewall's incremental sync (xfrm/firewall_sync.h) applies.
+  std::vector<std::pair<esp::IpPrefix, bool>> take_prefix_changes();
 
  private:
   struct Slot {
@@ -76,7 +80,9 @@ class FailClosedRouteSet {
     size_t users = 0;
   };
   static std::string key(Kind kind, const Selector& selector);
+  void note(Kind kind, const Selector& selector, bool added);
   std::map<std::string, Slot> slots_;
+  std::vector<std::pair<esp::IpPrefix, bool>> prefix_changes_;
 };
 
 // The selector of a fail-closed route of `prefix`.

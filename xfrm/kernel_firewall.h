@@ -15,9 +15,10 @@
 // share one rule whose addresses are an anonymous set (one lookup per packet however many
 // tunnels there are); consecutive fail-closed prefixes likewise. Last, a
 // packet towards a fail-closed prefix (xfrm/fail_closed_routes.h) that would leave through
-// another device is dropped. The table outlives espgw (SIGTERM, crash) and is rewritten
-// whole, in one nft transaction, whenever the policies change; `espgw --release` removes
-// it. docs/security_fail_closed.md, "Inbound policy enforcement".
+// another device is dropped. The table outlives espgw (SIGTERM, crash); espgw writes it
+// whole at start and then changes only the rules that policy changes touch
+// (xfrm/firewall_sync.h); `espgw --release` removes it. docs/security_fail_closed.md,
+// "Inbound policy enforcement".
 #pragma once
 
 #include <memory>
@@ -53,6 +54,12 @@ std::string firewall_table_name(std::string_view tun_name);
 std::string firewall_match(const Policy& policy);
 // The whole table, as one nft transaction: created if missing, emptied, filled.
 std::string firewall_ruleset(const FirewallSpec& spec);
+// The rules of each base chain in order, one nft rule (without the chain) each.
+struct FirewallChainRules {
+  std::vector<std::string> input, forward, output;
+};
+// The whole table with these rules, as firewall_ruleset writes it.
+std::string firewall_table(std::string_view tun_name, const FirewallChainRules& rules);
 // Removes the table if it is there.
 std::string firewall_removal(std::string_view tun_name);
 
@@ -68,8 +75,12 @@ class KernelFirewall {
   // Runs `commands` as one transaction: all of it or nothing. The failure message is
   // nft's own error text, naming the command and what it did not accept.
   Result run(const std::string& commands, std::string_view what);
+  // The same, with nft's echo of what the kernel committed (rules with their handles)
+  // into `echo`.
+  Result run(const std::string& commands, std::string_view what, std::string* echo);
 
  private:
+  Result failure(std::string_view what) const;
   struct ContextFree {
     void operator()(nft_ctx* context) const;
   };
