@@ -58,20 +58,20 @@ std::string prefix_key(const esp::IpPrefix& prefix) {
   return prefix.to_string();
 }
 
-// The handles of the rules an echo reports added or replaced, in order, with the chain
-// each is in.
-std::vector<std::pair<std::string, uint64_t>> echoed_rules(const std::string& echo) {
+// The rules of a `list table` with handles, in order, with the chain each is in.
+std::vector<std::pair<std::string, uint64_t>> listed_rules(const std::string& listing) {
   std::vector<std::pair<std::string, uint64_t>> rules;
-  std::istringstream lines(echo);
-  std::string line;
+  std::istringstream lines(listing);
+  std::string line, chain;
   while (std::getline(lines, line)) {
-    if (line.rfind("add rule ", 0) != 0 && line.rfind("insert rule ", 0) != 0) continue;
-    const size_t mark = line.rfind("# handle ");
+    if (line.rfind("\tchain ", 0) == 0) {
+      chain = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line.rfind("\t\t", 0) != 0) continue;
+    const size_t mark = line.rfind(" # handle ");
     if (mark == std::string::npos) continue;
-    std::istringstream words(line);
-    std::string verb, rule, family, table, chain;
-    words >> verb >> rule >> family >> table >> chain;
-    rules.emplace_back(chain, std::stoull(line.substr(mark + 9)));
+    rules.emplace_back(chain, std::stoull(line.substr(mark + 10)));
   }
   return rules;
 }
@@ -120,7 +120,8 @@ std::optional<uint32_t> nftables_generation() {
 FirewallSync::FirewallSync(KernelFirewall& kernel, std::string tun_name)
     : kernel_(kernel),
       tun_name_(std::move(tun_name)),
-      table_("inet " + firewall_table_name(tun_name_)) {}
+      table_name_(firewall_table_name(tun_name_)),
+      table_("inet " + table_name_) {}
 
 void FirewallSync::apply(const FirewallChange& change) {
   switch (change.kind) {
@@ -241,7 +242,7 @@ FirewallSync::Region FirewallSync::redecide(Part& part) {
   for (const auto& removed : part.removed) region.deleted.push_back(removed.handle);
   part.removed.clear();
   part.dirty.clear();
-  // The model as the kernel will have it; handles of new rules come with the echo.
+  // The model as the kernel will have it; handles of new rules come with the commit.
   size_t next_run = 0;
   for (auto member = start; member != end; ++member) {
     Member& m = member->second;
@@ -277,7 +278,10 @@ uint64_t FirewallSync::anchor_from(const std::vector<Placement>& placements, siz
 
 Result FirewallSync::sync() {
   if (!pending()) return {};
-  if (!rebuild_owed_ && generation_moved())
+  if (!events_.valid()) rebuild_next("no nftables notifications to read handles from");
+  // Drained always: only this sync's own commit's notifications follow.
+  const bool quiet = events_.drain();
+  if (!rebuild_owed_ && (!quiet || generation_moved()))
     rebuild_next("the kernel's nftables generation moved: another process changed the ruleset");
   if (rebuild_owed_) return rebuild();
   const Result result = delta();
@@ -289,12 +293,12 @@ Result FirewallSync::sync() {
 Result FirewallSync::delta() {
   std::vector<Region> regions(parts_.size());
   for (size_t part = 0; part < parts_.size(); ++part) regions[part] = redecide(parts_[part]);
-  // New rules first, then the deletions: libnftables (1.0.6) crashes echoing a rule with
-  // an anonymous set added after one with a set was deleted in the same transaction (the
-  // kernel hands the new set the name the deleted one had). A rule that changed is deleted
-  // and its new text inserted where it stood: nft's replace echoes the same way.
+  // A rule that changed is deleted and its new text inserted where it stood (nft's replace
+  // needs libnftables to read every rule of the ruleset first). New rules go first, then
+  // the deletions: a deleted rule's anonymous set then never lends its name to a new one
+  // in the same transaction.
   std::string inserts, deletes;
-  // The rules the echo gives handles of, in order, and where each handle goes.
+  // The rules the commit gives handles of, in order, and where each handle goes.
   std::vector<std::pair<Member*, size_t>> echoed;
   uint64_t added = 0, replaced = 0, deleted = 0;
   for (const auto& layout : chain_layouts()) {
@@ -338,18 +342,18 @@ Result FirewallSync::delta() {
   }
   const std::string commands = inserts + deletes;
   if (commands.empty()) return {};
-  std::string echo;
-  if (auto result = kernel_.run(commands, "changing the policies' rules", &echo); !result)
-    return result;
-  remember_generation(echo);
-  const auto rules = echoed_rules(echo);
-  if (rules.size() != echoed.size()) {
-    rebuild_next("the kernel's answer gave " + std::to_string(rules.size()) + " rule handles for " +
-                 std::to_string(echoed.size()) + " rules");
+  if (auto result = kernel_.run(commands, "changing the policies' rules"); !result) return result;
+  const auto commit = events_.own_commit(table_name_);
+  if (!commit || commit->rules.size() != echoed.size()) {
+    rebuild_next(commit
+                     ? "the kernel's notifications gave " + std::to_string(commit->rules.size()) +
+                           " rule handles for " + std::to_string(echoed.size()) + " new rules"
+                     : "the kernel's notifications of the last change were lost");
     return {};
   }
-  for (size_t i = 0; i < rules.size(); ++i)
-    echoed[i].first->handle[echoed[i].second] = rules[i].second;
+  generation_ = commit->generation;
+  for (size_t i = 0; i < echoed.size(); ++i)
+    echoed[i].first->handle[echoed[i].second] = commit->rules[i].second;
   ++stats_.deltas;
   stats_.rules_added += added;
   stats_.rules_replaced += replaced;
@@ -392,17 +396,22 @@ Result FirewallSync::rebuild() {
           texts[chain]->push_back(member.run_text);
           heads[chain].emplace_back(&member, slot);
         }
-  std::string echo;
   ++stats_.rebuilds;
   stats_.last_rebuild_reason = rebuild_reason_;
-  if (auto result =
-          kernel_.run(firewall_table(tun_name_, rules), "installing the policies' rules", &echo);
+  if (auto result = kernel_.run(firewall_table(tun_name_, rules), "installing the policies' rules");
       !result)
     return result;  // still owed
-  remember_generation(echo);
+  // The handles from the table as listed (as costly as writing it, which this is).
+  const auto commit = events_.own_commit(table_name_);
+  generation_ = commit ? std::optional<uint32_t>(commit->generation) : nftables_generation();
+  events_.drain();
+  std::string listing;
+  if (auto result = kernel_.list("list table " + table_, "listing the table", listing); !result)
+    return result;
+  if (nftables_generation() != generation_) generation_.reset();  // someone else meanwhile
   std::array<size_t, 3> assigned{};
   size_t unexpected = 0;
-  for (const auto& [chain_name, handle] : echoed_rules(echo)) {
+  for (const auto& [chain_name, handle] : listed_rules(listing)) {
     size_t chain = 0;
     while (chain < layouts.size() && chain_name != layouts[chain].name) ++chain;
     if (chain == layouts.size()) continue;  // from_tunnel_only, to_tunnel_only
@@ -420,9 +429,9 @@ Result FirewallSync::rebuild() {
     result.ok = false;
     result.error = EIO;
     result.message =
-        "nftables: the table is installed, but its echo did not give every rule's "
+        "nftables: the table is installed, but its listing did not give every rule's "
         "handle; writing it whole again at the next sync";
-    rebuild_reason_ = "handles missing from the last rebuild's echo";
+    rebuild_reason_ = "handles missing from the listing after the last rebuild";
     return result;
   }
   rebuild_owed_ = false;
@@ -433,22 +442,6 @@ Result FirewallSync::rebuild() {
 bool FirewallSync::generation_moved() {
   const auto now = nftables_generation();
   return !now || !generation_ || *now != *generation_;
-}
-
-void FirewallSync::remember_generation(const std::string& echo) {
-  // "# new generation N by process P (name)": the generation of this very commit.
-  const size_t mark = echo.rfind("# new generation ");
-  if (mark != std::string::npos) {
-    generation_ = static_cast<uint32_t>(std::stoul(echo.substr(mark + 17)));
-    return;
-  }
-  // nft echoes nothing for a transaction of deletions only: ours is the one after the
-  // generation the sync started from, or the next sync cannot tell and rebuilds.
-  const auto now = nftables_generation();
-  if (now && generation_ && *now == *generation_ + 1)
-    generation_ = now;
-  else
-    generation_.reset();
 }
 
 }  // namespace espgw::xfrm

@@ -31,6 +31,7 @@
 #include "esp/ip_address.h"
 #include "xfrm/firewall_rules.h"
 #include "xfrm/kernel_firewall.h"
+#include "xfrm/nftables_events.h"
 #include "xfrm/policy.h"
 
 namespace espgw::xfrm {
@@ -132,11 +133,12 @@ class FirewallSync {
   Result rebuild();
   Result delta();
   bool generation_moved();
-  void remember_generation(const std::string& echo);
 
   KernelFirewall& kernel_;
   std::string tun_name_;
-  std::string table_;
+  std::string table_name_;
+  std::string table_;  // "inet " and its name
+  NftablesEvents events_;
   std::array<Part, 4> parts_;  // in, fwd, out, fail-closed
   std::unordered_map<uint32_t, std::string> policy_keys_;
   uint64_t sequence_ = 0;

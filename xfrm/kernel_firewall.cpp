@@ -169,29 +169,18 @@ Result KernelFirewall::failure(std::string_view what) const {
 }
 
 Result KernelFirewall::run(const std::string& commands, std::string_view what) {
-  return run(commands, what, nullptr);
+  if (nft_run_cmd_from_buffer(context_.get(), commands.c_str()) == 0) return {};
+  return failure(what);
 }
 
-Result KernelFirewall::run(const std::string& commands, std::string_view what, std::string* echo) {
-  // Echoed with handles: each rule added comes back as a line ending in "# handle N".
-  // libnftables (1.0.6) may crash echoing into a context whose cache an earlier command
-  // filled: a context of its own each time.
-  if (echo) {
-    std::unique_ptr<nft_ctx, ContextFree> fresh(nft_ctx_new(NFT_CTX_DEFAULT));
-    if (!fresh) throw std::runtime_error("nftables: no libnftables context");
-    nft_ctx_buffer_output(fresh.get());
-    nft_ctx_buffer_error(fresh.get());
-    nft_ctx_output_set_flags(fresh.get(), NFT_CTX_OUTPUT_ECHO | NFT_CTX_OUTPUT_HANDLE);
-    std::swap(fresh, context_);
-    const int status = nft_run_cmd_from_buffer(context_.get(), commands.c_str());
-    *echo = nft_ctx_get_output_buffer(context_.get());
-    Result result = status == 0 ? Result{} : failure(what);
-    std::swap(fresh, context_);
-    return result;
-  }
-  const int status = nft_run_cmd_from_buffer(context_.get(), commands.c_str());
-  if (status == 0) return {};
-  return failure(what);
+Result KernelFirewall::list(const std::string& command, std::string_view what,
+                            std::string& output) {
+  const unsigned flags = nft_ctx_output_get_flags(context_.get());
+  nft_ctx_output_set_flags(context_.get(), flags | NFT_CTX_OUTPUT_HANDLE);
+  const int status = nft_run_cmd_from_buffer(context_.get(), command.c_str());
+  nft_ctx_output_set_flags(context_.get(), flags);
+  output = nft_ctx_get_output_buffer(context_.get());
+  return status == 0 ? Result{} : failure(what);
 }
 
 }  // namespace espgw::xfrm

@@ -75,9 +75,8 @@ class KernelFirewall {
   // Runs `commands` as one transaction: all of it or nothing. The failure message is
   // nft's own error text, naming the command and what it did not accept.
   Result run(const std::string& commands, std::string_view what);
-  // The same, with nft's echo of what the kernel committed (rules with their handles)
-  // into `echo`.
-  Result run(const std::string& commands, std::string_view what, std::string* echo);
+  // Runs a list `command`; its output, with handles, into `output`.
+  Result list(const std::string& command, std::string_view what, std::string& output);
 
  private:
   Result failure(std::string_view what) const;

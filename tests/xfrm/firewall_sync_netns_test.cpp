@@ -284,7 +284,7 @@ TEST_F(FirewallSyncNetns, ATableChangedBehindItsBackIsWrittenWholeAgain) {
   model.add(random_policy(random, 43));
   model.sync_prefixes();
   ASSERT_TRUE(sync.sync().ok);
-  EXPECT_EQ(sync.stats().rebuilds, 3u);
+  EXPECT_EQ(sync.stats().rebuilds, 3u) << sync.stats().last_rebuild_reason;
   EXPECT_EQ(sync.stats().deltas, deltas + 1);
   EXPECT_EQ(normalised_table("espgw0"), reference_table(model.spd(), model.routes()));
 }
