@@ -6,11 +6,14 @@
 // handle in each chain it is in. A sync re-decides the runs from the run before the first
 // change up to the first unchanged run start after the last one (greedy run-building is
 // memoryless at a run start, so everything after that point is as before), then sends one
-// nft transaction: deleted rules by handle, changed ones replaced in place by handle, new
-// ones inserted before the next rule that stays (or appended at the chain's end). A rule of
-// one policy costs one command whatever the table's size; a shared rule (an anonymous set,
-// which the kernel cannot change in place) is sent again whole when a member joins or
-// leaves it.
+// nft transaction: new rules inserted before the next rule that stays (or appended at the
+// chain's end), then removed ones deleted by handle; a changed rule is deleted and its new
+// text inserted where it stood. A rule of one policy costs one command whatever the
+// table's size; a shared rule (an anonymous set, which the kernel cannot change in place)
+// is sent again whole when a member joins or leaves it. libnftables 1.0.6 reads every
+// rule of the ruleset before a command that names a position (an insert before a rule),
+// so such a sync still costs O(n) in libnftables (docs/scaling.md); deletions and appends
+// do not.
 //
 // The full table (firewall_table) is written instead: at the first sync, after a delta the
 // kernel refused, after an answer that did not give the handles expected, and when the
