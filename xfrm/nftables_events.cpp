@@ -69,7 +69,7 @@ bool read_queued(int fd, Each&& each) {
   for (;;) {
     const ssize_t length = recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
     if (length < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
-    int remaining = static_cast<int>(length);
+    ssize_t remaining = length;
     for (auto* header = reinterpret_cast<const nlmsghdr*>(buffer.data());
          NLMSG_OK(header, remaining); header = NLMSG_NEXT(header, remaining))
       if (!each(parse(header))) return true;
