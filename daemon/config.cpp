@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -115,10 +116,32 @@ constexpr ConfigKey kConfigKeys[] = {
        return nullptr;
      }},
     {"local-address",
+     // One address or several (separated by commas or blanks); repeated lines add more.
      [](std::string_view value, ParseState& s) -> const char* {
-       auto address = esp::IpAddress::parse(value);
-       if (!address) return "an IPv4 or IPv6 address";
-       s.config.local_address = *address;
+       std::vector<esp::IpAddress> addresses;
+       for (std::string_view rest = value; !rest.empty();) {
+         const size_t end = std::min(rest.find_first_of(", \t"), rest.size());
+         const std::string_view word = rest.substr(0, end);
+         rest = rest.substr(end);
+         while (!rest.empty() &&
+                (rest.front() == ',' || rest.front() == ' ' || rest.front() == '\t'))
+           rest.remove_prefix(1);
+         if (word.empty()) continue;
+         auto address = esp::IpAddress::parse(word);
+         if (!address) return "an IPv4 or IPv6 address";
+         // The sockets are bound to each address, and SAs are matched against them: a
+         // wildcard would match no SA and receive for every address.
+         if (address->bytes == std::array<uint8_t, 16>{})
+           return "specific addresses, not 0.0.0.0 or ::";
+         if (std::find(s.config.local_addresses.begin(), s.config.local_addresses.end(),
+                       *address) != s.config.local_addresses.end() ||
+             std::find(addresses.begin(), addresses.end(), *address) != addresses.end())
+           return "addresses not given before (each address once)";
+         addresses.push_back(*address);
+       }
+       if (addresses.empty()) return "an IPv4 or IPv6 address";
+       s.config.local_addresses.insert(s.config.local_addresses.end(), addresses.begin(),
+                                       addresses.end());
        s.have_local = true;
        return nullptr;
      }},

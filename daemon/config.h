@@ -33,10 +33,15 @@ struct GatewayConfig {
   // forwards each flow from one CPU, in the order espgw wrote its packets, whichever
   // worker wrote them. Unset ("auto"): on with workers on a machine of several CPUs.
   std::optional<bool> tun_rps;
-  esp::IpAddress local_address;  // WAN address espgw sends from (required)
+  // The WAN addresses espgw sends from and receives on (required; IPv4, IPv6 or both, in
+  // the order written): each gets its own sockets (docs/gateway_wan.md). An SA leaves from
+  // the address that is its outer source and arrives on its outer destination; an SA
+  // whose local end is none of these is refused.
+  std::vector<esp::IpAddress> local_addresses;
   uint16_t udp_port = 4500;
   // UDP sockets sharing local-address:udp-port through SO_REUSEPORT, one reader thread
-  // each; the kernel spreads peers (4-tuples) over them. 0: one per online CPU, at most 4.
+  // each; the kernel spreads peers (4-tuples) over them. Per local address. 0: one per
+  // online CPU, at most 4.
   unsigned wan_readers = 0;
   // Where each SA key's sequence-number and replay state survives restarts
   // (daemon/sa_state_keeper.h). One directory per espgw instance: a second instance on

@@ -15,7 +15,8 @@ namespace espgw::daemon {
 // Numbers at the top of `stats`, besides the gateway's counters shown there.
 inline constexpr std::string_view kStatsNumbers[] = {"tunnel-mtu", "lan-mtu", "sas", "charon-sas"};
 // Numbers of an SA in `list-sas`, besides its counters.
-inline constexpr std::string_view kSaNumbers[] = {"reqid", "idle-ms", "age-seconds"};
+inline constexpr std::string_view kSaNumbers[] = {"reqid", "idle-ms", "age-seconds", "src-port",
+                                                  "dst-port"};
 // Numbers of a policy in `list-policies`.
 inline constexpr std::string_view kPolicyNumbers[] = {"protocol", "priority", "reqid"};
 // How many entries of a listing went out as events (list-sas, list-policies).

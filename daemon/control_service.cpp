@@ -91,9 +91,10 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   server_.declare_event("list-sa");
   server_.declare_event("list-policy");
 
-  gateway_.on_ike(
-      [this](std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
-             uint16_t local_port) { return publish_ike(ike, peer, peer_port, local_port); });
+  gateway_.on_ike([this](std::span<const uint8_t> ike, const esp::IpAddress& peer,
+                         uint16_t peer_port, const esp::IpAddress& local, uint16_t local_port) {
+    return publish_ike(ike, peer, peer_port, local, local_port);
+  });
   gateway_.on_expire([this](uint32_t spi, const esp::IpAddress& destination, bool hard) {
     publish_expire(spi, destination, hard);
   });
@@ -186,6 +187,9 @@ vici::Message ControlService::add_sa(const Message& request) {
   // The plugin marks the SAs it re-installs into a restarted espgw: their keys have been
   // used, so their counters must continue (or the SA is held until charon rekeys it).
   const bool replayed = request.boolean("replayed").value_or(false);
+  // An SA whose local end is not one of espgw's addresses would leave from (or wait on)
+  // the wrong address: charon hears why.
+  if (const auto refusal = gateway_.wan_refusal(entry)) return failure(*refusal);
   // Refused for an inbound SPI another SA holds, or the (SPI, destination) of a static SA.
   if (!gateway_.add_dynamic_sa(entry, replayed))
     return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
@@ -286,24 +290,31 @@ vici::Message ControlService::ike_send(const Message& request) {
   const auto destination_port = request.number("dst-port");
   const std::string* destination = request.value("dst");
   const std::string* data = request.value("data");
+  const std::string* source_text = request.value("src");
   const auto peer = destination ? esp::IpAddress::parse(*destination) : std::nullopt;
+  // The local address charon sends from picks the socket; without one (or unspecified),
+  // the first local address of the peer's family.
+  const auto source = source_text ? esp::IpAddress::parse(*source_text) : std::nullopt;
+  if (source_text && !source) return failure("ike-send: src is not an address");
   if (!source_port || *source_port > 65535 || !destination_port || *destination_port == 0 ||
       *destination_port > 65535 || !peer || !data || data->empty())
     return failure("ike-send needs src-port, dst, dst-port and data");
   const auto* bytes = reinterpret_cast<const uint8_t*>(data->data());
-  if (!gateway_.send_ike(static_cast<uint16_t>(*source_port), *peer,
+  if (!gateway_.send_ike(source, static_cast<uint16_t>(*source_port), *peer,
                          static_cast<uint16_t>(*destination_port), {bytes, data->size()}))
-    return failure("espgw has no IKE socket on port " + std::to_string(*source_port) +
+    return failure("espgw has no IKE socket on " + (source ? source->to_string() : "any address") +
+                   " port " + std::to_string(*source_port) +
                    " for that address family, or the send failed");
   return success();
 }
 
 bool ControlService::publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer,
-                                 uint16_t peer_port, uint16_t local_port) {
+                                 uint16_t peer_port, const esp::IpAddress& local,
+                                 uint16_t local_port) {
   Message event;
   event.set("src", peer.to_string());
   event.set("src-port", peer_port);
-  event.set("dst", gateway_.local_address().to_string());
+  event.set("dst", local.to_string());
   event.set("dst-port", local_port);
   event.set("data", std::string_view(reinterpret_cast<const char*>(ike.data()), ike.size()));
   // Bulk: behind a backlog of 1 MiB (charon not reading fast enough) IKE is shed, not
@@ -409,6 +420,10 @@ vici::Message ControlService::list_sas(ConnectionId from) {
     section.set("dst", sa.destination.to_string());
     section.set("algorithm", sa.algorithm);
     section.set("encap", sa.udp_encapsulation ? "udp" : "esp");
+    if (sa.udp_encapsulation) {
+      section.set("src-port", sa.udp_source_port);
+      section.set("dst-port", sa.udp_destination_port);
+    }
     section.set_bool("esn", sa.esn);
     section.set("reqid", sa.reqid);
     NamedCounters counters;
@@ -463,6 +478,7 @@ vici::Message ControlService::stats() {
   response.set("tun-rps", status.tun_rps);
   for (const auto& [name, value] : status.gateway) response.set(name, value);
   response.set("crypto-backend", status.crypto_backend);
+  response.set_list("local-addresses", status.local_addresses);
   {
     std::lock_guard lock(mutex_);
     response.set_bool("charon-attached", !charon_instance_.empty());

@@ -63,7 +63,7 @@ class ControlService {
   // the datagram as dropped. A datagram shed for a full backlog (vici::Server's bulk
   // priority) counts as taken; the server counts it (bulk-events-shed).
   bool publish_ike(std::span<const uint8_t> ike, const esp::IpAddress& peer, uint16_t peer_port,
-                   uint16_t local_port);
+                   const esp::IpAddress& local, uint16_t local_port);
   // Sends `sa-expire` ahead of any queued IKE; with no charon registered for it, queues
   // it in pending_expiries_ until the next hello.
   void publish_expire(uint32_t spi, const esp::IpAddress& destination, bool hard);

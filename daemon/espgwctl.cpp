@@ -93,10 +93,18 @@ void print_sas(const Message& response) {
       if (const Section* reasons = sa.section(std::string(espgw::daemon::kSaDropsSection)))
         for (const auto& reason : reasons->entries())
           drops += (drops.empty() ? "" : ",") + reason.name + "=" + reason.value;
-      std::vector<std::string> row = {value_or(sa, "spi"),    value_or(sa, "direction"),
-                                      value_or(sa, "origin"), value_or(sa, "src"),
-                                      value_or(sa, "dst"),    value_or(sa, "algorithm"),
-                                      value_or(sa, "encap"),  value_or(sa, "reqid")};
+      // ESP in UDP with its ports: what NAT-T (a NAT's port, a float) set.
+      std::string encap = value_or(sa, "encap");
+      if (sa.value("src-port") && sa.value("dst-port"))
+        encap += " " + value_or(sa, "src-port") + ":" + value_or(sa, "dst-port");
+      std::vector<std::string> row = {value_or(sa, "spi"),
+                                      value_or(sa, "direction"),
+                                      value_or(sa, "origin"),
+                                      value_or(sa, "src"),
+                                      value_or(sa, "dst"),
+                                      value_or(sa, "algorithm"),
+                                      encap,
+                                      value_or(sa, "reqid")};
       for (const auto name : counters) row.push_back(value_or(sa, std::string(name).c_str()));
       row.push_back(value_or(sa, "idle-ms"));
       row.push_back(value_or(sa, "lifetime"));
@@ -161,6 +169,11 @@ void print_stats(const Message& response) {
                   value_or(response, std::string(counter.name).c_str()).c_str());
   std::printf("receive steering (RPS) on the TUN device: %s\n",
               value_or(response, "tun-rps").c_str());
+  if (const auto* addresses = response.list("local-addresses")) {
+    std::string text;
+    for (const auto& address : *addresses) text += (text.empty() ? "" : ", ") + address;
+    std::printf("local addresses (counter prefix-address): %s\n", text.c_str());
+  }
   for (const auto& section : espgw::daemon::kStatsCounterSections)
     if (section.key != "workers") print_counters(response, section.key, section.title);
   std::vector<std::vector<std::string>> rows = {{"WORKER", "PACKETS", "SHARE"}};

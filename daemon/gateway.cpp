@@ -63,6 +63,7 @@ std::vector<esp::TrafficSelector> inbound_selectors(const xfrm::StaticConfig& co
 
 Gateway::Gateway(GatewayConfig config)
     : config_(std::move(config)),
+      wan_(config_.local_addresses),
       flow_seed_(random_seed()),
       ike_limiter_({config_.ike_rate_per_source, config_.ike_rate_global}, random_seed()) {
   set_log_level(config_.log_level);
@@ -74,7 +75,13 @@ Gateway::Gateway(GatewayConfig config)
       throw std::runtime_error(message);
     }
     static_config_ = std::move(*file.config);
+    if (const auto refusals = static_wan_refusals(static_config_); !refusals.empty()) {
+      std::string message = config_.static_sa_file + ": SAs this gateway cannot send or receive:";
+      for (const auto& refusal : refusals) message += "\n  " + refusal;
+      throw std::runtime_error(message);
+    }
   }
+  if (config_.local_addresses.empty()) throw std::runtime_error("no local-address configured");
   // Before anything else that could carry traffic: no SA may exist without its counter.
   sa_state_ = std::make_unique<SaStateKeeper>(config_.state_dir);
 
@@ -117,14 +124,16 @@ Gateway::Gateway(GatewayConfig config)
   inbound.queue_delay_interval = config_.queue_delay_interval;
   inbound_path_ = std::make_unique<InboundPath>(
       inbound, *pipeline_,
-      [this](std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port) {
-        deliver_ike(ike, peer, local_port);
-      },
+      [this](std::span<const uint8_t> ike, const sockaddr_storage& peer,
+             const esp::IpAddress& local,
+             uint16_t local_port) { deliver_ike(ike, peer, local, local_port); },
       running_);
   sas_ = std::make_unique<SaTable>(
       *pipeline_, *sa_state_, *mtu_, config_.crypto_backend, *tun_writer_, outbound_lookup_,
       [this](const esp::SaConfig& sa) { return std::make_shared<PeerSink>(sender_for(sa), sa); },
-      [this](const esp::SaConfig& sa) { socket_for(sa); });
+      [this](const esp::SaConfig& sa) {
+        socket_for(endpoint_for(sa.tunnel_destination), sa.udp_encapsulation.has_value());
+      });
 
   if (auto r = netlink_.set_mtu(tun_->name(), tunnel_mtu); !r) throw std::runtime_error(r.message);
   if (config_.tun_address)
@@ -145,16 +154,15 @@ Gateway::Gateway(GatewayConfig config)
 
   if (!config_.control_socket.empty()) {
     // charon talks IKE through us before any SA exists: the NAT-T port and the IKE port
-    // are open from the start.
-    esp::SaConfig udp;
-    udp.udp_encapsulation = esp::UdpEncapsulation{};
-    socket_for(udp);
-    if (config_.ike_port != 0) {
+    // are open from the start, on every local address.
+    for (auto& endpoint : wan_.all()) {
+      socket_for(*endpoint, true);
+      if (config_.ike_port == 0) continue;
       io::WanSocketOptions options;
       options.buffer_bytes = 1 << 20;
       options.gro = false;  // IKE is a few datagrams per exchange
-      ike_socket_ = std::make_unique<io::WanSocket>(io::WanKind::udp, config_.local_address,
-                                                    config_.ike_port, options);
+      endpoint->ike = std::make_unique<io::WanSocket>(io::WanKind::udp, endpoint->address,
+                                                      config_.ike_port, options);
     }
   }
   {
@@ -228,46 +236,59 @@ Gateway::~Gateway() {
       xfrm::firewall_table_name(tun_->name()).c_str());
 }
 
-io::WanSocket& Gateway::socket_for(const esp::SaConfig& sa) {
+WanEndpoint& Gateway::endpoint_for(const esp::IpAddress& local) {
+  WanEndpoint* endpoint = wan_.find(local);
+  if (!endpoint)
+    throw std::logic_error(local.to_string() + " is not a local-address (SAs are checked first)");
+  return *endpoint;
+}
+
+io::WanSocket& Gateway::socket_for(WanEndpoint& endpoint, bool udp) {
   io::WanSocketOptions options;
   options.buffer_bytes = wan_socket_buffer_bytes(config_);
-  if (sa.udp_encapsulation) {
-    if (udp_sockets_.empty()) {
+  if (udp) {
+    if (endpoint.udp.empty()) {
       // With a single reader the port stays exclusive: nothing else can join it by
       // accident. Readers start only once every socket is bound.
       const unsigned readers = wan_reader_count(config_);
       options.reuse_port = readers > 1;
       for (unsigned i = 0; i < readers; ++i)
-        udp_sockets_.push_back(std::make_unique<io::WanSocket>(
-            io::WanKind::udp, config_.local_address, config_.udp_port, options));
-      log_receive_buffer("udp", *udp_sockets_.front());
+        endpoint.udp.push_back(std::make_unique<io::WanSocket>(io::WanKind::udp, endpoint.address,
+                                                               config_.udp_port, options));
+      log_receive_buffer((endpoint.prefix + "udp").c_str(), *endpoint.udp.front());
       // The first UDP SA may come after start(): with a reload, or from charon.
-      if (running_.load()) start_udp_readers();
+      if (running_.load()) start_udp_readers(endpoint);
     }
-    return *udp_sockets_.front();
+    return *endpoint.udp.front();
   }
-  if (!raw_socket_) {
-    raw_socket_ =
-        std::make_unique<io::WanSocket>(io::WanKind::raw_esp, config_.local_address, 0, options);
-    log_receive_buffer("raw", *raw_socket_);
+  if (!endpoint.raw) {
+    endpoint.raw =
+        std::make_unique<io::WanSocket>(io::WanKind::raw_esp, endpoint.address, 0, options);
+    log_receive_buffer((endpoint.prefix + "raw").c_str(), *endpoint.raw);
     if (running_.load())
-      threads_.emplace_back([this] { inbound_path_->read_wan(raw_socket_.get(), "raw"); });
+      threads_.emplace_back([this, &endpoint] {
+        inbound_path_->read_wan(endpoint.raw.get(), endpoint.prefix + "raw");
+      });
   }
-  return *raw_socket_;
+  return *endpoint.raw;
 }
 
 void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) const {
   log(LogLevel::info,
-      "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel), "
+      "wan %s socket on %s: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the "
+      "kernel), "
       "gro=%s",
-      kind, static_cast<unsigned long long>(socket.stats().receive_buffer),
+      kind, socket.local().to_string().c_str(),
+      static_cast<unsigned long long>(socket.stats().receive_buffer),
       config_.socket_buffer_bytes ? "" : "auto: ", wan_socket_buffer_bytes(config_),
       socket.gro() ? "on" : "off");
 }
 
 WanBatchSender& Gateway::sender_for(const esp::SaConfig& sa) {
-  io::WanSocket& socket = socket_for(sa);
-  std::unique_ptr<WanBatchSender>& sender = sa.udp_encapsulation ? udp_sender_ : raw_sender_;
+  WanEndpoint& endpoint = endpoint_for(sa.tunnel_source);
+  io::WanSocket& socket = socket_for(endpoint, sa.udp_encapsulation.has_value());
+  std::unique_ptr<WanBatchSender>& sender =
+      sa.udp_encapsulation ? endpoint.udp_sender : endpoint.raw_sender;
   if (!clear_df_sender_tried_) {
     clear_df_sender_tried_ = true;
     try {
@@ -281,6 +302,13 @@ WanBatchSender& Gateway::sender_for(const esp::SaConfig& sa) {
   }
   if (!sender) sender = std::make_unique<WanBatchSender>(socket, clear_df_sender_.get(), counters_);
   return *sender;
+}
+
+std::vector<std::string> Gateway::static_wan_refusals(const xfrm::StaticConfig& config) const {
+  std::vector<std::string> refusals;
+  for (const auto& entry : config.sas)
+    if (auto refusal = wan_.refusal(entry)) refusals.push_back(std::move(*refusal));
+  return refusals;
 }
 
 void Gateway::apply_static_locked(xfrm::StaticConfig next) {
@@ -327,6 +355,12 @@ bool Gateway::reload() {
   auto file = xfrm::load_static_file(config_.static_sa_file);
   if (!file.config) {
     for (const auto& error : file.errors) log(LogLevel::error, "%s", error.c_str());
+    log(LogLevel::error, "reload refused: keeping the running configuration");
+    return false;
+  }
+  if (const auto refusals = static_wan_refusals(*file.config); !refusals.empty()) {
+    for (const auto& refusal : refusals)
+      log(LogLevel::error, "%s: %s", config_.static_sa_file.c_str(), refusal.c_str());
     log(LogLevel::error, "reload refused: keeping the running configuration");
     return false;
   }
@@ -410,10 +444,13 @@ void Gateway::start() {
     else
       threads_.emplace_back([this, q] { outbound_path_->read_tun(q); });
   }
-  start_udp_readers();
-  if (raw_socket_)
-    threads_.emplace_back([this] { inbound_path_->read_wan(raw_socket_.get(), "raw"); });
-  if (ike_socket_) threads_.emplace_back([this] { ike_reader(); });
+  for (auto& endpoint : wan_.all()) {
+    WanEndpoint& e = *endpoint;
+    start_udp_readers(e);
+    if (e.raw)
+      threads_.emplace_back([this, &e] { inbound_path_->read_wan(e.raw.get(), e.prefix + "raw"); });
+    if (e.ike) threads_.emplace_back([this, &e] { ike_reader(e); });
+  }
 }
 
 void Gateway::stop() {
@@ -422,11 +459,12 @@ void Gateway::stop() {
   threads_.clear();
 }
 
-void Gateway::start_udp_readers() {
-  for (size_t i = 0; i < udp_sockets_.size(); ++i)
-    threads_.emplace_back([this, s = udp_sockets_[i].get(), i] {
-      inbound_path_->read_wan(s, "udp" + std::to_string(i));
-    });
+void Gateway::start_udp_readers(WanEndpoint& endpoint) {
+  for (size_t i = 0; i < endpoint.udp.size(); ++i)
+    threads_.emplace_back(
+        [this, s = endpoint.udp[i].get(), name = endpoint.prefix + "udp" + std::to_string(i)] {
+          inbound_path_->read_wan(s, name);
+        });
 }
 
 void Gateway::enforce_lifetimes() {

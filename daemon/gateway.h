@@ -34,6 +34,7 @@
 #include "daemon/route_table.h"
 #include "daemon/sa_state_keeper.h"
 #include "daemon/sa_table.h"
+#include "daemon/wan_endpoints.h"
 #include "io/tun_device.h"
 #include "io/wan_socket.h"
 #include "pipeline/pipeline.h"
@@ -107,7 +108,11 @@ class Gateway {
   // counters (cheap at thousands of SAs, for frequent polling).
   GatewayStatus status(bool entries = true) const;
   const GatewayConfig& config() const { return config_; }
-  const esp::IpAddress& local_address() const { return config_.local_address; }
+  // Why an SA cannot be installed on this gateway's local addresses (its local end is
+  // none of them: docs/gateway_wan.md); nullopt when it can.
+  std::optional<std::string> wan_refusal(const xfrm::SadEntry& entry) const {
+    return wan_.refusal(entry);
+  }
 
   // Called when one of charon's SAs reaches its soft or hard lifetime (from
   // enforce_lifetimes, without the gateway's lock held). Set before start().
@@ -115,11 +120,12 @@ class Gateway {
       std::function<void(uint32_t spi, const esp::IpAddress& destination, bool hard)>;
   void on_expire(ExpireHandler handler) { expire_handler_ = std::move(handler); }
   // Called from WAN reader threads with each IKE packet (non-ESP marker removed on
-  // port 4500) when a control socket is configured, within `ike-rate-limit`. Returns
-  // false when nobody took it (no charon attached): the gateway counts it as dropped.
-  // Set before start().
-  using IkeHandler = std::function<bool(std::span<const uint8_t> ike, const esp::IpAddress& peer,
-                                        uint16_t peer_port, uint16_t local_port)>;
+  // port 4500) when a control socket is configured, within `ike-rate-limit`, with the
+  // local address and port it arrived on. Returns false when nobody took it (no charon
+  // attached): the gateway counts it as dropped. Set before start().
+  using IkeHandler =
+      std::function<bool(std::span<const uint8_t> ike, const esp::IpAddress& peer,
+                         uint16_t peer_port, const esp::IpAddress& local, uint16_t local_port)>;
   void on_ike(IkeHandler handler) { ike_handler_ = std::move(handler); }
   // Called from TUN reader threads when a packet matches a protect policy whose reqid has
   // no SA group, at most once per policy per AcquireRaiser::kIntervalMs. Returns false
@@ -127,10 +133,11 @@ class Gateway {
   void on_acquire(AcquireRaiser::Handler handler) {
     acquire_raiser_.on_acquire(std::move(handler));
   }
-  // Sends an IKE packet from `local_port` (the IKE port, or the NAT-T port with the
-  // non-ESP marker added). False if there is no such socket or the send failed.
-  bool send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,
-                std::span<const uint8_t> ike);
+  // Sends an IKE packet from `source`:`local_port` (the IKE port, or the NAT-T port with
+  // the non-ESP marker added); an unset or unspecified source: the first local address
+  // of the peer's family. False if there is no such socket or the send failed.
+  bool send_ike(const std::optional<esp::IpAddress>& source, uint16_t local_port,
+                const esp::IpAddress& peer, uint16_t peer_port, std::span<const uint8_t> ike);
 
  private:
   struct InstalledPolicy {
@@ -147,32 +154,34 @@ class Gateway {
   bool remove_policy_locked(uint32_t id);
   // The tunnel and LAN MTU after SAs came or went (MtuTracker::update).
   void update_tunnel_mtu_locked();
-  void ike_reader();
-  void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer, uint16_t local_port);
-  io::WanSocket& socket_for(const esp::SaConfig& config);
+  void ike_reader(WanEndpoint& endpoint);
+  void deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer,
+                   const esp::IpAddress& local, uint16_t local_port);
+  // The endpoint of a local address; throws for any other (SAs are checked before).
+  WanEndpoint& endpoint_for(const esp::IpAddress& local);
+  // The UDP (or raw ESP) socket of an endpoint, opened (with its readers) on first use.
+  io::WanSocket& socket_for(WanEndpoint& endpoint, bool udp);
   // Logs the receive buffer the kernel granted a new WAN socket, and what asked for it.
   void log_receive_buffer(const char* kind, const io::WanSocket& socket) const;
   // The sender for the socket an SA's packets leave through (created with it).
   WanBatchSender& sender_for(const esp::SaConfig& config);
-  // One reader thread per UDP socket (SO_REUSEPORT has already spread the peers).
-  void start_udp_readers();
+  // One reader thread per UDP socket of an endpoint (SO_REUSEPORT has spread the peers).
+  void start_udp_readers(WanEndpoint& endpoint);
+  // Refuses (throws, or on a reload returns the errors) static SAs whose local end is
+  // none of the local addresses.
+  std::vector<std::string> static_wan_refusals(const xfrm::StaticConfig& config) const;
 
   GatewayConfig config_;
   std::unique_ptr<io::TunDevice> tun_;
-  // `wan-readers` sockets on local-address:udp-port (SO_REUSEPORT), a reader thread each;
-  // the first also sends. Empty until an SA needs UDP encapsulation.
-  std::vector<std::unique_ptr<io::WanSocket>> udp_sockets_;
-  // One raw ESP socket is enough: every raw socket of the protocol gets a copy of every
-  // packet, so a second would only double the work.
-  std::unique_ptr<io::WanSocket> raw_socket_;
-  // IPv4 packets whose outer DF bit is clear, with a header espgw writes (both senders
-  // use it); null where the raw socket could not be made.
+  // IPv4 packets whose outer DF bit is clear, with a header espgw writes (every sender
+  // uses it; the header carries the SA's own source address); null where the raw socket
+  // could not be made. Declared before wan_, whose senders point at it.
   std::unique_ptr<io::Ipv4HeaderSender> clear_df_sender_;
   bool clear_df_sender_tried_ = false;
-  // What sends through udp_sockets_.front() and raw_socket_: every SA's PeerSink, together.
-  // Declared before pipeline_, which delivers through them until it is gone.
-  std::unique_ptr<WanBatchSender> udp_sender_;
-  std::unique_ptr<WanBatchSender> raw_sender_;
+  // Per local address: its UDP, raw ESP and IKE sockets and their senders, opened as SAs
+  // (or charon) need them. Declared before pipeline_, which delivers through the senders
+  // until it is gone.
+  WanEndpoints wan_;
   xfrm::RtNetlink netlink_;
   // Every SA's counter, ahead of what is on disk. Made before any SA is installed.
   std::unique_ptr<SaStateKeeper> sa_state_;
@@ -206,8 +215,7 @@ class Gateway {
   std::vector<xfrm::KeyFingerprint> static_key_fingerprints_;
   ExpireHandler expire_handler_;
   IkeHandler ike_handler_;
-  IkeRateLimiter ike_limiter_;                 // what deliver_ike lets through to ike_handler_
-  std::unique_ptr<io::WanSocket> ike_socket_;  // UDP ike-port (500) when charon is attached
+  IkeRateLimiter ike_limiter_;  // what deliver_ike lets through to ike_handler_
 
   GatewayCounters counters_;
   AcquireRaiser acquire_raiser_{counters_};  // what the TUN readers tell of trapped packets

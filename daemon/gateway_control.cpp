@@ -58,6 +58,10 @@ bool peer_of(const sockaddr_storage& peer, esp::IpAddress& address, uint16_t& po
 }  // namespace
 
 bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed) {
+  if (const auto refusal = wan_.refusal(entry)) {
+    log(LogLevel::error, "charon's %s: refused", refusal->c_str());
+    return false;
+  }
   std::lock_guard lock(control_mutex_);
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   auto is_static = [](const auto* installed) { return installed && !installed->from_charon; };
@@ -170,6 +174,10 @@ GatewayStatus Gateway::status(bool entries) const {
     sa.destination = config.tunnel_destination;
     sa.algorithm = std::string(crypto::algorithm_name(config.algorithm));
     sa.udp_encapsulation = config.udp_encapsulation.has_value();
+    if (config.udp_encapsulation) {
+      sa.udp_source_port = config.udp_encapsulation->source_port;
+      sa.udp_destination_port = config.udp_encapsulation->destination_port;
+    }
     sa.esn = config.esn;
     sa.reqid = entry.entry.reqid;
     const auto& counters = entry.sa->counters();
@@ -222,16 +230,21 @@ GatewayStatus Gateway::status(bool entries) const {
     place.emplace_back(std::string(counter.name), counter.read(counters_));
   }
   status.engine_drops = nonzero_drops(pipeline_->engine_counters());
-  for (size_t i = 0; i < udp_sockets_.size(); ++i)
-    read_wan_counters("udp" + std::to_string(i), true, udp_sockets_[i]->stats(), status.wan);
-  if (raw_socket_) read_wan_counters("raw", false, raw_socket_->stats(), status.wan);
+  for (const auto& endpoint : wan_.all()) {
+    status.local_addresses.push_back(endpoint->prefix + endpoint->address.to_string());
+    for (size_t i = 0; i < endpoint->udp.size(); ++i)
+      read_wan_counters(endpoint->prefix + "udp" + std::to_string(i), true,
+                        endpoint->udp[i]->stats(), status.wan);
+    if (endpoint->raw)
+      read_wan_counters(endpoint->prefix + "raw", false, endpoint->raw->stats(), status.wan);
+  }
   read_counters(kPipelineCounters, *pipeline_, status.pipeline);
   for (const auto& load : pipeline_->worker_load()) status.worker_packets.push_back(load.packets);
   return status;
 }
 
 void Gateway::deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& peer,
-                          uint16_t local_port) {
+                          const esp::IpAddress& local, uint16_t local_port) {
   esp::IpAddress address;
   uint16_t port = 0;
   if (!ike_handler_ || ike.empty() || !peer_of(peer, address, port)) {
@@ -244,21 +257,24 @@ void Gateway::deliver_ike(std::span<const uint8_t> ike, const sockaddr_storage& 
   }
   // Not taken: no charon registered for IKE (detached, or restarting). Counted here; it
   // used to be a debug log line only, and a flood while charon was away went uncounted.
-  if (!ike_handler_(ike, address, port, local_port))
+  if (!ike_handler_(ike, address, port, local, local_port))
     counters_.ike_dropped.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool Gateway::send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t peer_port,
+bool Gateway::send_ike(const std::optional<esp::IpAddress>& source, uint16_t local_port,
+                       const esp::IpAddress& peer, uint16_t peer_port,
                        std::span<const uint8_t> ike) {
-  if (ike.empty() || ike.size() > 65000 || peer.family != config_.local_address.family)
-    return false;
+  if (ike.empty() || ike.size() > 65000) return false;
+  // The sockets are opened in the constructor and never closed while it runs: no lock.
+  const WanEndpoint* endpoint = wan_.for_ike(source, peer);
+  if (!endpoint) return false;
   // charon's sender has already put the RFC 3948 non-ESP marker in front of IKE for the
   // NAT-T port, as it does for socket-default: the bytes go out as they are.
   const io::WanSocket* socket = nullptr;
-  if (local_port == config_.udp_port && !udp_sockets_.empty())
-    socket = udp_sockets_.front().get();
-  else if (ike_socket_ && local_port == config_.ike_port)
-    socket = ike_socket_.get();
+  if (local_port == config_.udp_port && !endpoint->udp.empty())
+    socket = endpoint->udp.front().get();
+  else if (endpoint->ike && local_port == config_.ike_port)
+    socket = endpoint->ike.get();
   else
     return false;
   sockaddr_storage address{};
@@ -267,15 +283,15 @@ bool Gateway::send_ike(uint16_t local_port, const esp::IpAddress& peer, uint16_t
   return socket->send({&packet, 1}) == 1;
 }
 
-void Gateway::ike_reader() {
-  name_this_thread("ike-rx");
+void Gateway::ike_reader(WanEndpoint& endpoint) {
+  name_this_thread(endpoint.prefix + "ike-rx");
   esp::PacketBuffer buffer(65536 + esp::PacketBuffer::kDefaultHeadroom);
   while (running_.load(std::memory_order_relaxed)) {
     io::Datagram datagram;
     buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
     datagram.buffer = &buffer;
-    if (ike_socket_->receive({&datagram, 1}, kIkePollMs) != 1) continue;
-    deliver_ike(buffer.bytes(), datagram.peer, config_.ike_port);
+    if (endpoint.ike->receive({&datagram, 1}, kIkePollMs) != 1) continue;
+    deliver_ike(buffer.bytes(), datagram.peer, endpoint.address, config_.ike_port);
   }
 }
 

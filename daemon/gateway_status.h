@@ -25,6 +25,8 @@ struct SaStatus {
   esp::IpAddress destination;
   std::string algorithm;
   bool udp_encapsulation = false;
+  uint16_t udp_source_port = 0;  // with UDP encapsulation: the SA's ports (NAT-T)
+  uint16_t udp_destination_port = 0;
   bool esn = false;
   uint32_t reqid = 0;
   uint64_t packets = 0;
@@ -53,6 +55,9 @@ struct GatewayStatus {
   bool jumbo_segments = false;  // TSO super-packets cut at the tunnel MTU
   std::string tun_rps;          // receive steering: "off", "CPUs MASK" or "not set: why"
   std::string crypto_backend;
+  // The WAN addresses, each with the prefix its sockets' counters carry ("192.0.2.1",
+  // "a1-2001:db8::1").
+  std::vector<std::string> local_addresses;
   // Filled in even without the lists.
   size_t sa_count = 0;         // outbound and inbound
   size_t charon_sa_count = 0;  // of which charon installed

@@ -78,7 +78,7 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
         }
         if (kind == esp::WireKind::ike) {
           // charon's receiver strips the marker itself, as it does for socket-default.
-          receive_ike_(buffer.bytes(), datagrams[i].peer, settings_.udp_port);
+          receive_ike_(buffer.bytes(), datagrams[i].peer, socket->local(), settings_.udp_port);
           pipeline_.release(packet);
           continue;
         }

@@ -47,9 +47,10 @@ class TunWriter final : public pipeline::PacketSink {
 
 class InboundPath {
  public:
-  // Where IKE read on the NAT-T port goes (the non-ESP marker still in front).
+  // Where IKE read on the NAT-T port goes (the non-ESP marker still in front), with the
+  // local address and port it arrived on.
   using IkeReceiver = std::function<void(std::span<const uint8_t> ike, const sockaddr_storage& peer,
-                                         uint16_t local_port)>;
+                                         const esp::IpAddress& local, uint16_t local_port)>;
   struct Settings {
     uint16_t udp_port = 0;  // the NAT-T port: its IKE goes to `receive_ike`
     // The queue-delay gate's target (0: off) and interval (io/queue_delay_gate.h).

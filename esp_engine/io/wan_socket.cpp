@@ -83,7 +83,7 @@ socklen_t WanSocket::make_peer(const esp::IpAddress& address, uint16_t port,
 
 WanSocket::WanSocket(WanKind kind, const esp::IpAddress& local, uint16_t port,
                      const WanSocketOptions& options)
-    : kind_(kind), family_(local.family == 6 ? AF_INET6 : AF_INET) {
+    : kind_(kind), family_(local.family == 6 ? AF_INET6 : AF_INET), local_(local) {
   fd_ = kind == WanKind::udp ? socket(family_, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP)
                              : socket(family_, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ESP);
   if (fd_ < 0) fail("socket", local, port);

@@ -85,6 +85,8 @@ class WanSocket {
   int fd() const { return fd_; }
   WanKind kind() const { return kind_; }
   int family() const { return family_; }
+  // The address it is bound to: where what it receives was sent, and what it sends from.
+  const esp::IpAddress& local() const { return local_; }
   // Whether the kernel accepted UDP_GRO on this socket.
   bool gro() const { return gro_; }
 
@@ -135,6 +137,7 @@ class WanSocket {
 
   WanKind kind_;
   int family_;
+  esp::IpAddress local_;
   int fd_ = -1;
   bool gro_ = false;
   // UDP: send runs of equal-size packets with UDP_SEGMENT, until the kernel refuses.

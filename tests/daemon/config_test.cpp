@@ -38,7 +38,8 @@ stats-interval = 10
   EXPECT_FALSE(c.tun_offload);
   EXPECT_EQ(c.tun_rps, std::optional<bool>(false));
   EXPECT_EQ(c.tun_address->to_string(), "10.1.255.1/32");
-  EXPECT_EQ(c.local_address.to_string(), "2001:db8::1");
+  ASSERT_EQ(c.local_addresses.size(), 1u);
+  EXPECT_EQ(c.local_addresses[0].to_string(), "2001:db8::1");
   EXPECT_EQ(c.udp_port, 4501);
   EXPECT_EQ(c.static_sa_file, "/etc/espgw/static/a.conf") << "relative to the config file";
   EXPECT_EQ(c.workers, 3u);
@@ -73,7 +74,7 @@ TEST(GatewayConfig, TunRpsIsOnWithWorkersOnSeveralCpusUnlessSetOtherwise) {
   const auto bad = parse_gateway_config_text(
       "local-address = 192.0.2.1\nstatic-sa-file = s.conf\ntun-rps = sometimes\n", "gw.conf");
   EXPECT_FALSE(bad.config);
-  ASSERT_EQ(bad.errors.size(), 1u);
+  ASSERT_FALSE(bad.errors.empty());
   EXPECT_EQ(bad.errors[0], "gw.conf:3: 'tun-rps': expected auto, yes or no, got 'sometimes'");
 }
 
@@ -89,7 +90,7 @@ TEST(GatewayConfig, CoreDumpsAreOffUnlessAllowed) {
   EXPECT_FALSE(with("allow-core-dumps = no\n").config->allow_core_dumps);
   const auto bad = with("allow-core-dumps = maybe\n");
   EXPECT_FALSE(bad.config);
-  ASSERT_EQ(bad.errors.size(), 1u);
+  ASSERT_FALSE(bad.errors.empty());
   EXPECT_EQ(bad.errors[0], "gw.conf:3: 'allow-core-dumps': expected yes or no, got 'maybe'");
 }
 
@@ -152,7 +153,7 @@ TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
   EXPECT_EQ(counted.config->workers, 2u);
   const auto bad = parse_with("workers = lots\n");
   EXPECT_FALSE(bad.config);
-  ASSERT_EQ(bad.errors.size(), 1u);
+  ASSERT_FALSE(bad.errors.empty());
   EXPECT_EQ(bad.errors[0],
             "gw.conf:3: 'workers': expected a number from 0 (one per CPU) to 1024, or inline, "
             "got 'lots'");
@@ -262,6 +263,47 @@ parallel-child = net 2
   EXPECT_NE(bad.errors[0].find("e.conf:3:"), std::string::npos) << bad.errors[0];
   EXPECT_NE(bad.errors[1].find("e.conf:4:"), std::string::npos) << bad.errors[1];
   EXPECT_NE(bad.errors[2].find("needs 'charon-vici'"), std::string::npos) << bad.errors[2];
+}
+
+// Several WAN addresses, IPv4 and IPv6: a list on one line, more on repeated lines, in the
+// order written; a single address reads as it always did.
+TEST(GatewayConfig, LocalAddressesListAndRepeated) {
+  auto parse = [](const std::string& lines) {
+    return parse_gateway_config_text(lines + "static-sa-file = s.conf\n", "gw.conf");
+  };
+  const auto listed = parse(
+      "local-address = 192.0.2.1, 2001:db8::1 198.51.100.7\n"
+      "local-address = 2001:db8:1::9\n");
+  ASSERT_TRUE(listed.config) << listed.errors.front();
+  std::vector<std::string> texts;
+  for (const auto& address : listed.config->local_addresses) texts.push_back(address.to_string());
+  EXPECT_EQ(texts, (std::vector<std::string>{"192.0.2.1", "2001:db8::1", "198.51.100.7",
+                                             "2001:db8:1::9"}));
+
+  const auto duplicate =
+      parse("local-address = 192.0.2.1\nlocal-address = 2001:db8::1,192.0.2.1\n");
+  ASSERT_EQ(duplicate.errors.size(), 1u);
+  EXPECT_EQ(duplicate.errors[0],
+            "gw.conf:2: 'local-address': expected addresses not given before (each address "
+            "once), got '2001:db8::1,192.0.2.1'");
+  const auto twice_on_a_line = parse("local-address = 2001:db8::1 2001:db8::1\n");
+  ASSERT_FALSE(twice_on_a_line.errors.empty());
+
+  const auto wildcard = parse("local-address = 192.0.2.1 ::\n");
+  ASSERT_FALSE(wildcard.errors.empty());
+  EXPECT_EQ(wildcard.errors[0],
+            "gw.conf:1: 'local-address': expected specific addresses, not 0.0.0.0 or ::, got "
+            "'192.0.2.1 ::'");
+  EXPECT_FALSE(parse("local-address = 0.0.0.0\n").config);
+
+  const auto bad = parse("local-address = 192.0.2.1, 300.1.1.1\n");
+  ASSERT_FALSE(bad.errors.empty());
+  EXPECT_EQ(bad.errors[0],
+            "gw.conf:1: 'local-address': expected an IPv4 or IPv6 address, got "
+            "'192.0.2.1, 300.1.1.1'");
+  const auto only_commas = parse("local-address = , ,\n");
+  ASSERT_EQ(only_commas.errors.size(), 2u) << "no address, so also none at all";
+  EXPECT_EQ(only_commas.errors[1], "gw.conf: 'local-address' is required");
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ const GroupStatus* find_group(const GatewayStatus& status, uint32_t reqid) {
 GatewayConfig test_config(const char* tun_name) {
   GatewayConfig config;
   config.tun_name = tun_name;
-  config.local_address = address("127.0.0.1");
+  config.local_addresses = {address("127.0.0.1")};
   config.workers = 1;
   config.pool_packets = 256;
   config.log_level = LogLevel::warn;
