@@ -275,13 +275,11 @@ io::WanSocket& Gateway::socket_for(WanEndpoint& endpoint, bool udp) {
 
 void Gateway::log_receive_buffer(const char* kind, const io::WanSocket& socket) const {
   log(LogLevel::info,
-      "wan %s socket on %s: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the "
-      "kernel), "
-      "gro=%s",
-      kind, socket.local().to_string().c_str(),
-      static_cast<unsigned long long>(socket.stats().receive_buffer),
+      "wan %s socket: receive buffer %llu bytes (socket-buffer %s%zu, doubled by the kernel), "
+      "gro=%s, on %s",
+      kind, static_cast<unsigned long long>(socket.stats().receive_buffer),
       config_.socket_buffer_bytes ? "" : "auto: ", wan_socket_buffer_bytes(config_),
-      socket.gro() ? "on" : "off");
+      socket.gro() ? "on" : "off", socket.local().to_string().c_str());
 }
 
 WanBatchSender& Gateway::sender_for(const esp::SaConfig& sa) {

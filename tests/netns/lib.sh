@@ -10,6 +10,7 @@ RUN=eg$$
 LANA=$RUN-lanA GWA=$RUN-gwA GWB=$RUN-gwB LANB=$RUN-lanB
 WORK=$(mktemp -d /tmp/espgw-s2s.XXXXXX)
 PIDS=()
+EXTRA_NS=()  # namespaces a scenario adds; removed with the others
 FAILURES=0
 PASSES=0
 declare -A CRYPTO_BACKEND_SIDE=()  # per side (a, b): ipsec-mb unless a scenario says otherwise
@@ -22,7 +23,9 @@ fail() { FAILURES=$((FAILURES + 1)); log "FAIL $*"; }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do ip netns del "$ns" 2>/dev/null || true; done
+  for ns in "$LANA" "$GWA" "$GWB" "$LANB" ${EXTRA_NS[@]+"${EXTRA_NS[@]}"}; do
+    ip netns del "$ns" 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT

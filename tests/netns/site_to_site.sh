@@ -28,7 +28,10 @@
 # after it died); a bypass policy's traffic passes in clear (also while espgw is down); a
 # restart adopts the fail-closed routes and carries traffic; espgw --release opens it all.
 #
-# Usage: site_to_site.sh ESPGW_BINARY [scenario...]   (udp4 raw4 udp6 raw6 lifetime jumbo ecmp storm failclosed)
+# Scenario dualstack: gwA with an IPv4 and an IPv6 WAN address and a peer on each at once
+# (scenarios/dualstack.sh).
+#
+# Usage: site_to_site.sh ESPGW_BINARY [scenario...]   (udp4 raw4 udp6 raw6 lifetime jumbo ecmp storm failclosed dualstack)
 # Needs root. Namespaces are named per run and always removed, even on failure.
 set -euo pipefail
 
@@ -42,7 +45,7 @@ SCENARIOS=("${@:-udp4 raw4 udp6 raw6}")
 # shellcheck source=tests/netns/lib.sh
 HERE=$(dirname "$(readlink -f "$0")")
 source "$HERE/lib.sh"
-for part in checks lifetime jumbo ecmp storm failclosed; do
+for part in checks lifetime jumbo ecmp storm failclosed dualstack; do
   # shellcheck source=/dev/null
   source "$HERE/scenarios/$part.sh"
 done
@@ -103,6 +106,7 @@ for scenario in "${SCENARIOS[@]}"; do
     ecmp) run_ecmp ;;
     failclosed) run_failclosed ;;
     storm) run_storm ;;
+    dualstack) run_dualstack ;;
     *) run_scenario "$scenario" ;;
   esac
 done
