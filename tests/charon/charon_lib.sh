@@ -17,9 +17,16 @@ ESPGW_CONF_FROM_EXAMPLE=${ESPGW_CONF_FROM_EXAMPLE:-}
 STRONGSWAN_CONF_BASE=${STRONGSWAN_CONF_BASE:-}
 PSK=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 declare -A CHARON_PID=() ESPGW_PID=()
+# Set by a scenario, per side (a, b): the WAN address charon uses (SIDE_ADDR), espgw's
+# local-address line when it differs (LOCAL_ADDRESSES: several), swanctl's remote_addrs
+# when not the other side's address (REMOTE_ADDRS: %any behind a NAT), lines for
+# strongswan.conf's charon section (CHARON_EXTRA) and for the connection (SWANCTL_EXTRA).
+declare -A SIDE_ADDR=() LOCAL_ADDRESSES=() REMOTE_ADDRS=() CHARON_EXTRA=() SWANCTL_EXTRA=()
 
 side_ns() { [[ $1 == a ]] && echo "$GWA" || echo "$GWB"; }
-side_addr() { [[ $1 == a ]] && echo 192.0.2.1 || echo 192.0.2.2; }
+side_addr() {
+  if [[ $1 == a ]]; then echo "${SIDE_ADDR[a]:-192.0.2.1}"; else echo "${SIDE_ADDR[b]:-192.0.2.2}"; fi
+}
 other_side() { [[ $1 == a ]] && echo b || echo a; }
 vici_uri() { echo "unix://$WORK/charon-$1.vici"; }
 swan() { local side=$1; shift; swanctl "$@" --uri "$(vici_uri "$side")"; }
@@ -50,7 +57,7 @@ write_espgw_charon_conf() {
   fi
   cat >"$WORK/espgw-$side.conf" <<EOS
 tun-name = espgw0
-local-address = $(side_addr "$side")
+local-address = ${LOCAL_ADDRESSES[$side]:-$(side_addr "$side")}
 control-socket = $WORK/espgw-$side.ctl
 state-dir = $WORK/state-$side
 workers = 2
@@ -93,6 +100,7 @@ $base
 charon {
   $settings
   reuse_ikesa = ${CHARON_REUSE_IKESA:-yes}
+  ${CHARON_EXTRA[$side]:-}
   routing_table = 220
   routing_table_prio = 220
   plugins {
@@ -158,9 +166,10 @@ write_swanctl_children() {
   s2s$suffix {
     version = 2
     local_addrs = $(side_addr "$side")
-    remote_addrs = $(side_addr "$other")
+    remote_addrs = ${REMOTE_ADDRS[$side]:-$(side_addr "$other")}
     encap = $encap
     mobike = no
+    ${SWANCTL_EXTRA[$side]:-}
     unique = ${SWANCTL_UNIQUE:-replace}
     proposals = aes128gcm16-prfsha256-x25519
     local {

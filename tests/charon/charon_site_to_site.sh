@@ -27,6 +27,8 @@
 #               configs/espgw.conf, with a CA and gateway certificates made by openssl:
 #               tunnel up, ping both ways, list-sas shows the certificates' identities
 #   psk-config  the same with configs/swanctl/site-to-site-psk.conf
+#   ipv6, nat   IKE and ESP over IPv6 on dual-stack gateways; NAT-T through a real NAT
+#               with keepalives and a port float (charon_wan_scenarios.sh)
 #
 # Usage: charon_site_to_site.sh ESPGW ESPGWCTL PLUGIN SCENARIO
 set -euo pipefail
@@ -41,6 +43,8 @@ HERE=$(dirname "$(readlink -f "$0")")
 source "$HERE/../netns/lib.sh"
 # shellcheck source=tests/charon/charon_lib.sh
 source "$HERE/charon_lib.sh"
+# shellcheck source=tests/charon/charon_wan_scenarios.sh
+source "$HERE/charon_wan_scenarios.sh"
 
 on_failure_logs() {
   [[ -n ${CHARON_TEST_KEEP:-} ]] && rm -rf "$CHARON_TEST_KEEP" && cp -r "$WORK" "$CHARON_TEST_KEEP"
@@ -581,6 +585,8 @@ case $SCENARIO in
   restart) run_restart ;;
   interop) run_interop ;;
   ecmp) run_ecmp ;;
+  ipv6) run_ipv6 ;;
+  nat) run_nat ;;
   x509) run_examples x509 ;;
   psk-config) run_examples psk ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
