@@ -64,7 +64,8 @@ delete table ip nat
 table ip nat {
   chain post {
     type nat hook postrouting priority srcnat; policy accept;
-    oifname "out0" masquerade to :$1
+    oifname "out0" meta l4proto udp masquerade to :$1
+    oifname "out0" masquerade
   }
 }
 EOS
