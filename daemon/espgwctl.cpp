@@ -172,7 +172,8 @@ void print_stats(const Message& response) {
   if (const auto* addresses = response.list("local-addresses")) {
     std::string text;
     for (const auto& address : *addresses) text += (text.empty() ? "" : ", ") + address;
-    std::printf("local addresses (counter prefix-address): %s\n", text.c_str());
+    std::printf("local addresses (aN-: the prefix of that address's socket counters): %s\n",
+                text.c_str());
   }
   for (const auto& section : espgw::daemon::kStatsCounterSections)
     if (section.key != "workers") print_counters(response, section.key, section.title);

@@ -21,6 +21,11 @@ run_ipv6() {
   if [[ $outer == "2001:db8::1>2001:db8::2/esp 2001:db8::2>2001:db8::1/esp" ]]; then
     pass "gwA's SAs run over IPv6, raw ESP: $outer"
   else fail "gwA's SAs: $outer"; fi
+  local addresses
+  addresses=$(espgw_json a stats '" ".join(d["local-addresses"]) + " " + str("a1-udp0-receive-buffer" in d["wan"])')
+  if [[ $addresses == "192.0.2.1 a1-2001:db8::1 True" ]]; then
+    pass "espgwctl stats lists both addresses, the IPv6 one's sockets as a1-"
+  else fail "espgwctl stats local-addresses: $addresses"; fi
   check "ping lanA -> lanB" ping_ok "$LANA" 10.2.0.2
   check "ping lanB -> lanA" ping_ok "$LANB" 10.1.0.2
   check "iperf3 lanA -> lanB" iperf_ok "$LANA" "$LANB" 10.2.0.2

@@ -78,11 +78,15 @@ run_dualstack() {
   # Both peers at once: captures on both links while lanA pings both.
   local dev pids=()
   for dev in "$GWA:wan0" "$GWA:wan1"; do
-    in_ns "${dev%%:*}" tshark -q -i "${dev#*:}" -a duration:5 \
+    in_ns "${dev%%:*}" tshark -q -i "${dev#*:}" -a duration:8 \
       -w "$WORK/dualstack-${dev%%:*}-${dev#*:}.pcap" >/dev/null 2>&1 &
     pids+=($!)
   done
-  sleep 1.5
+  for _ in $(seq 1 50); do  # until both captures have started writing
+    [[ -s $WORK/dualstack-$GWA-wan0.pcap && -s $WORK/dualstack-$GWA-wan1.pcap ]] && break
+    sleep 0.1
+  done
+  sleep 0.5
   in_ns "$LANA" ping -c 10 -i 0.1 -W 2 10.2.0.2 >"$WORK/dualstack-ping-b.out" 2>&1 &
   local ping_b=$!
   if in_ns "$LANA" ping -c 10 -i 0.1 -W 2 10.3.0.2 >"$WORK/dualstack-ping-c.out" 2>&1; then
