@@ -94,15 +94,24 @@ check_df_icmp() {  # a DF packet larger than the tunnel MTU gets ICMP back (from
   else fail "$label DF packet of exactly the tunnel MTU"; show_drops; fi
 }
 
+wait_for_capture() {  # until tshark writes FILE (its header), then a moment for the socket
+  for _ in $(seq 1 50); do
+    [[ -s $1 ]] && break
+    sleep 0.1
+  done
+  sleep 0.5
+}
+
 check_outer_header() {  # DSCP, ECN and DF between inner and outer header (RFC 4301, 6040)
   local label=$1 family=$2 a_wan b_wan fields
   # Outward, on gwB's WAN: an EF + ECT(1) ping with DF and an AF41 + ECT(0) ping without.
   # The static SAs have charon's defaults: DSCP and ECN copied out, DF copied.
-  in_ns "$GWB" tshark -q -i wan0 -a duration:5 -w "$WORK/outer.pcap" >/dev/null 2>&1 &
+  rm -f "$WORK/outer.pcap" "$WORK/ce.pcap"
+  in_ns "$GWB" tshark -q -i wan0 -a duration:8 -w "$WORK/outer.pcap" >/dev/null 2>&1 &
   local capture=$!
-  sleep 1.5
-  in_ns "$LANA" ping -c 3 -i 0.2 -W 2 -Q 0xb9 -M do 10.2.0.2 >/dev/null 2>&1 || true
-  in_ns "$LANA" ping -c 3 -i 0.2 -W 2 -Q 0x8a -M dont 10.2.0.2 >/dev/null 2>&1 || true
+  wait_for_capture "$WORK/outer.pcap"
+  in_ns "$LANA" ping -c 4 -i 0.2 -W 2 -Q 0xb9 -M do 10.2.0.2 >/dev/null 2>&1 || true
+  in_ns "$LANA" ping -c 4 -i 0.2 -W 2 -Q 0x8a -M dont 10.2.0.2 >/dev/null 2>&1 || true
   wait "$capture" || true
   if [[ $family == 4 ]]; then
     fields=$(tshark -r "$WORK/outer.pcap" -Y "ip.src == $ADDR_A && (esp || udp.port == 4500)" \
@@ -130,9 +139,9 @@ table inet espgw_test_ce {
   }
 }
 NFT
-  in_ns "$LANB" tshark -q -i eth0 -a duration:4 -w "$WORK/ce.pcap" -f icmp >/dev/null 2>&1 &
+  in_ns "$LANB" tshark -q -i eth0 -a duration:6 -w "$WORK/ce.pcap" -f icmp >/dev/null 2>&1 &
   capture=$!
-  sleep 1.5
+  wait_for_capture "$WORK/ce.pcap"
   in_ns "$LANA" ping -c 3 -i 0.2 -W 1 -Q 0x02 10.2.0.2 >/dev/null 2>&1 || true
   local plain_lost=0
   in_ns "$LANA" ping -c 3 -i 0.2 -W 1 -Q 0x00 10.2.0.2 >/dev/null 2>&1 || plain_lost=1
