@@ -1,4 +1,5 @@
-// The AEAD interface the ESP layer encrypts through, and the registry of backends.
+// The AEAD interface the ESP layer encrypts through, and the registry of backends (which
+// also make the AES-CBC + HMAC keys of crypto/cbc_hmac.h).
 //
 // crypto/ owns algorithms, keys and backends; it knows nothing about ESP framing. A
 // backend turns raw key bytes into an AeadKey once per SA; the AeadKey is then used
@@ -13,26 +14,10 @@
 #include <span>
 #include <string_view>
 
+#include "crypto/algorithms.h"
+#include "crypto/cbc_hmac.h"
+
 namespace espgw::crypto {
-
-enum class AeadAlgorithm : uint8_t {
-  aes_gcm_128,        // RFC 4106, 16-byte ICV
-  aes_gcm_256,        // RFC 4106, 16-byte ICV
-  chacha20_poly1305,  // RFC 7634
-};
-
-inline constexpr size_t kSaltLength = 4;    // implicit nonce part, from the key material
-inline constexpr size_t kNonceLength = 12;  // salt || 8-byte explicit IV
-inline constexpr size_t kIcvLength = 16;
-
-size_t cipher_key_length(AeadAlgorithm algorithm);
-// Length of the key material charon hands over: cipher key followed by the salt.
-inline size_t key_material_length(AeadAlgorithm algorithm) {
-  return cipher_key_length(algorithm) + kSaltLength;
-}
-std::string_view algorithm_name(AeadAlgorithm algorithm);
-// Accepts our names and strongSwan's proposal keywords (aes128gcm16, chacha20poly1305, ...).
-std::optional<AeadAlgorithm> parse_algorithm(std::string_view name);
 
 // A per-SA expanded key. seal/open are const and safe to call from many threads at once.
 class AeadKey {
@@ -59,6 +44,10 @@ class CryptoBackend {
   // `cipher_key` excludes the salt. Throws std::invalid_argument on a wrong length.
   virtual std::unique_ptr<AeadKey> make_key(AeadAlgorithm algorithm,
                                             std::span<const uint8_t> cipher_key) const = 0;
+  // AES-CBC with an HMAC. Throws std::invalid_argument on a wrong length or an AEAD.
+  virtual std::unique_ptr<CbcHmacKey> make_cbc_hmac_key(
+      EncryptionAlgorithm cipher, IntegrityAlgorithm integrity,
+      std::span<const uint8_t> encryption_key, std::span<const uint8_t> integrity_key) const = 0;
 };
 
 // Intel ipsec-mb: the default, fast backend.

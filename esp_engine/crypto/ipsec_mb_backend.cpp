@@ -10,6 +10,8 @@
 
 #include "crypto/aead.h"
 #include "crypto/constant_time.h"
+#include "crypto/ipsec_mb_manager.h"
+#include "crypto/make_cbc_hmac_key.h"
 
 namespace espgw::crypto {
 
@@ -35,9 +37,17 @@ class ThreadManager {
 };
 
 IMB_MGR* thread_manager() {
+  return ipsec_mb_thread_manager();
+}
+
+}  // namespace
+
+IMB_MGR* ipsec_mb_thread_manager() {
   thread_local ThreadManager manager;
   return manager.get();
 }
+
+namespace {
 
 // gcm_key_data must be 16-byte aligned; the header only guarantees that with -DLINUX, so
 // we align it ourselves.
@@ -136,6 +146,7 @@ class IpsecMbBackend final : public CryptoBackend {
   std::string_view name() const override { return "ipsec-mb"; }
   std::unique_ptr<AeadKey> make_key(AeadAlgorithm algorithm,
                                     std::span<const uint8_t> cipher_key) const override {
+    if (!is_aead(algorithm)) throw std::invalid_argument("ipsec-mb: not an AEAD");
     if (cipher_key.size() != cipher_key_length(algorithm))
       throw std::invalid_argument("ipsec-mb: wrong key length for " +
                                   std::string(algorithm_name(algorithm)));
@@ -146,8 +157,16 @@ class IpsecMbBackend final : public CryptoBackend {
         return std::make_unique<GcmKey<true>>(cipher_key);
       case AeadAlgorithm::chacha20_poly1305:
         return std::make_unique<ChaChaPolyKey>(cipher_key);
+      default:
+        break;
     }
     throw std::invalid_argument("ipsec-mb: unknown algorithm");
+  }
+  std::unique_ptr<CbcHmacKey> make_cbc_hmac_key(
+      EncryptionAlgorithm cipher, IntegrityAlgorithm integrity,
+      std::span<const uint8_t> encryption_key,
+      std::span<const uint8_t> integrity_key) const override {
+    return make_ipsec_mb_cbc_hmac_key(cipher, integrity, encryption_key, integrity_key);
   }
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "crypto/aead.h"
+#include "crypto/make_cbc_hmac_key.h"
 
 namespace espgw::crypto {
 
@@ -25,6 +26,8 @@ const EVP_CIPHER* fetch_cipher(AeadAlgorithm algorithm) {
       return EVP_aes_256_gcm();
     case AeadAlgorithm::chacha20_poly1305:
       return EVP_chacha20_poly1305();
+    default:
+      break;
   }
   return nullptr;
 }
@@ -88,10 +91,17 @@ class OpenSslBackend final : public CryptoBackend {
   std::string_view name() const override { return "openssl"; }
   std::unique_ptr<AeadKey> make_key(AeadAlgorithm algorithm,
                                     std::span<const uint8_t> cipher_key) const override {
+    if (!is_aead(algorithm)) throw std::invalid_argument("openssl: not an AEAD");
     if (cipher_key.size() != cipher_key_length(algorithm))
       throw std::invalid_argument("openssl: wrong key length for " +
                                   std::string(algorithm_name(algorithm)));
     return std::make_unique<EvpKey>(algorithm, cipher_key);
+  }
+  std::unique_ptr<CbcHmacKey> make_cbc_hmac_key(
+      EncryptionAlgorithm cipher, IntegrityAlgorithm integrity,
+      std::span<const uint8_t> encryption_key,
+      std::span<const uint8_t> integrity_key) const override {
+    return make_openssl_cbc_hmac_key(cipher, integrity, encryption_key, integrity_key);
   }
 };
 

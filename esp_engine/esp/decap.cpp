@@ -144,10 +144,13 @@ bool inner_packet_allowed(const InboundSa& sa, const uint8_t* p, size_t length) 
 }  // namespace
 
 DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap& prepared) {
-  if (packet.size() < kMinEspPacketLength) return drop(sa.counters(), DropReason::too_short);
-  // Encrypted part must keep the 4-byte alignment the sender's padding guarantees.
-  const size_t ciphertext = packet.size() - kEspHeaderLength - kExplicitIvLength - kIcvLength;
-  if (ciphertext % kPayloadAlignment != 0) return drop(sa.counters(), DropReason::malformed);
+  const EspLayout& layout = sa.crypto().layout();
+  if (packet.size() < min_esp_packet_length(layout))
+    return drop(sa.counters(), DropReason::too_short);
+  // Encrypted part must keep the alignment the sender's padding guarantees: 4 bytes, or
+  // AES-CBC's 16-byte block.
+  const size_t ciphertext = packet.size() - kEspHeaderLength - layout.iv_length - layout.icv_length;
+  if (ciphertext % layout.alignment != 0) return drop(sa.counters(), DropReason::malformed);
 
   const auto candidate = sa.replay_window().check(load_be32(packet.data() + 4));
   if (candidate.verdict != ReplayWindow::Verdict::accept)
@@ -158,11 +161,10 @@ DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap&
 }
 
 DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet) {
-  uint8_t* esp = packet.data();
-  uint8_t* payload = esp + kEspHeaderLength + kExplicitIvLength;
-  const size_t payload_length = packet.size() - kEspHeaderLength - kExplicitIvLength - kIcvLength;
-  if (!prepared.sa->crypto().open(prepared.sequence, esp + kEspHeaderLength, payload,
-                                  payload_length, payload + payload_length))
+  const EspLayout& layout = prepared.sa->crypto().layout();
+  const size_t payload_length =
+      packet.size() - kEspHeaderLength - layout.iv_length - layout.icv_length;
+  if (!prepared.sa->crypto().open_packet(prepared.sequence, packet.data(), payload_length))
     return drop(prepared.sa->counters(), DropReason::icv_failure);
   return DropReason::none;
 }
@@ -195,13 +197,14 @@ DropReason parse_decrypted(const InboundSa& sa, const uint8_t* p, size_t payload
 void decap_finish_each(std::span<FinishItem> items) {
   if (items.empty()) return;
   InboundSa& sa = *items.front().prepared->sa;
+  const EspLayout& layout = sa.crypto().layout();
   // The window moves for every authentic packet (RFC 4303 3.4.3), whatever its contents;
   // a replay verdict outranks any content problem. Packets are counted inside the
   // commit's critical section (single-writer counters).
   for (FinishItem& item : items) {
     PacketBuffer& packet = *item.packet;
-    packet.pull_front(kEspHeaderLength + kExplicitIvLength);
-    packet.trim_back(kIcvLength);
+    packet.pull_front(kEspHeaderLength + layout.iv_length);
+    packet.trim_back(layout.icv_length);
     item.inner_length = 0;
     item.reason = parse_decrypted(sa, packet.data(), packet.size(), item.inner_length);
     // Authentic and well-formed: what the outer header says about congestion (and, if

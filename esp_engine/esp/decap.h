@@ -4,7 +4,7 @@
 // anti-replay update, padding, next header, inner packet. They are split in steps so that
 // a pipeline can verify many packets of one SA in parallel and serialise only the
 // replay-window commit: esp_spi() + the caller's lookup, check() (lengths, pre-check),
-// open() (the AEAD work, any thread), finish() (commit and everything after it).
+// open() (ICV check and decryption, any thread), finish() (commit and everything after it).
 #pragma once
 
 #include <cstdint>

@@ -78,7 +78,7 @@ void write_outer_ipv6(const OutboundSa& sa, uint8_t* h, size_t payload_length, u
 }  // namespace
 
 size_t encap_headroom(const SaConfig& config, OuterHeaders outer) {
-  size_t room = kEspHeaderLength + kExplicitIvLength;
+  size_t room = kEspHeaderLength + esp_layout(config.algorithm, config.integrity).iv_length;
   if (outer == OuterHeaders::include) {
     room += config.tunnel_source.family == 6 ? kIpv6HeaderLength : kIpv4HeaderLength;
     if (config.udp_encapsulation) room += kUdpHeaderLength;
@@ -87,12 +87,13 @@ size_t encap_headroom(const SaConfig& config, OuterHeaders outer) {
 }
 
 size_t encap_tailroom() {
-  return kPayloadAlignment - 1 + kEspTrailerLength + kIcvLength;
+  return kMaxEspTailLength;
 }
 
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
                          PreparedEncap& prepared, uint64_t sequence_limit) {
   const SaConfig& config = sa.config();
+  const EspLayout& layout = sa.crypto().layout();
   InnerSummary inner{};
   DropReason reason = summarize_inner(packet, inner);
   if (reason == DropReason::none &&
@@ -101,10 +102,10 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 
   const size_t inner_length = packet.size();
   const size_t padding =
-      (kPayloadAlignment - (inner_length + kEspTrailerLength) % kPayloadAlignment) %
-      kPayloadAlignment;
+      (layout.alignment - (inner_length + kEspTrailerLength) % layout.alignment) % layout.alignment;
   const size_t payload_length = inner_length + padding + kEspTrailerLength;
-  const size_t esp_length = kEspHeaderLength + kExplicitIvLength + payload_length + kIcvLength;
+  const size_t esp_length =
+      kEspHeaderLength + layout.iv_length + payload_length + layout.icv_length;
   const bool udp = config.udp_encapsulation.has_value();
   const bool ipv6_outer = config.tunnel_source.family == 6;
   const size_t outer_length =
@@ -127,9 +128,9 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 
   // Final layout, written through one pointer and committed to the buffer in one update:
   // [outer IP][UDP] SPI seq IV | inner | padding, pad length, next header | ICV
-  const size_t front = outer_length + kEspHeaderLength + kExplicitIvLength;
+  const size_t front = outer_length + kEspHeaderLength + layout.iv_length;
   uint8_t* inner_start = packet.data();
-  uint8_t* start = packet.expand(front, padding + kEspTrailerLength + kIcvLength);
+  uint8_t* start = packet.expand(front, padding + kEspTrailerLength + layout.icv_length);
 
   // Trailer: padding 1, 2, 3, ... (RFC 4303 2.4), pad length, next header.
   uint8_t* trailer = inner_start + inner_length;
@@ -137,12 +138,13 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
   trailer[padding] = static_cast<uint8_t>(padding);
   trailer[padding + 1] = inner.next_header;
 
-  // ESP header and explicit IV. The IV is the 64-bit sequence number: unique per SA for
-  // its whole life (sequence numbers never repeat), which is all GCM and ChaCha20 need.
+  // ESP header and an AEAD's explicit IV. That IV is the 64-bit sequence number: unique
+  // per SA for its whole life (sequence numbers never repeat), which is all GCM and
+  // ChaCha20 need. AES-CBC's must be unpredictable as well: seal writes it.
   uint8_t* esp = start + outer_length;
   store_be32(esp, config.spi);
   store_be32(esp + 4, static_cast<uint32_t>(sequence));
-  store_be64(esp + kEspHeaderLength, sequence);
+  if (layout.iv_length == kExplicitIvLength) store_be64(esp + kEspHeaderLength, sequence);
 
   prepared = {sequence,
               outer_length,
@@ -174,9 +176,7 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared) {
   uint8_t* esp = packet.data() + prepared.esp_offset;
-  uint8_t* payload = esp + kEspHeaderLength + kExplicitIvLength;
-  sa.crypto().seal(prepared.sequence, esp + kEspHeaderLength, payload, prepared.payload_length,
-                   payload + prepared.payload_length);
+  sa.crypto().seal_packet(prepared.sequence, esp, prepared.payload_length);
   if (prepared.udp6_checksum) {
     uint8_t* ip = packet.data();
     uint8_t* udp = ip + kIpv6HeaderLength;

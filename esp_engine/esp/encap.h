@@ -2,7 +2,7 @@
 //
 // Split in two steps so that a pipeline can run them on different threads: prepare()
 // takes the sequence number and writes every header and the trailer (cheap, in order),
-// seal() does the AEAD work (expensive, any thread, any order).
+// seal() does the cipher and ICV work (expensive, any thread, any order).
 #pragma once
 
 #include <cstddef>
@@ -38,11 +38,11 @@ struct PreparedEncap {
 // bounding packets in flight per SA without a lock of its own.
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
                          PreparedEncap& prepared, uint64_t sequence_limit = ~uint64_t{0});
-// Encrypts the payload, writes the ICV and finishes the outer UDP checksum over IPv6.
+// Encrypts the payload (writing AES-CBC's IV first), writes the ICV and finishes the outer UDP checksum over IPv6.
 // Safe to call concurrently for different packets of one SA.
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
 
-// Bytes of headroom and tailroom encapsulation needs.
+// Bytes of headroom encapsulation needs for the SA, and of tailroom for any SA.
 size_t encap_headroom(const SaConfig& config, OuterHeaders outer);
 size_t encap_tailroom();
 

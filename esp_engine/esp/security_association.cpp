@@ -17,12 +17,19 @@ constexpr uint64_t kLastSequenceWithEsn = last_sequence_number(true);
 
 const SaConfig& validated(const SaConfig& config) {
   if (config.spi == 0) throw std::invalid_argument("SPI 0 is reserved");
-  const size_t expected = crypto::key_material_length(config.algorithm);
+  if (!crypto::valid_transform(config.algorithm, config.integrity))
+    throw std::invalid_argument(std::string(crypto::algorithm_name(config.algorithm)) + " with " +
+                                std::string(crypto::integrity_name(config.integrity)) +
+                                ": an AEAD takes no integrity algorithm, AES-CBC needs one");
+  const size_t expected = crypto::key_material_length(config.algorithm, config.integrity);
   if (config.key_material.size() != expected)
-    throw std::invalid_argument(
-        "key material for " + std::string(crypto::algorithm_name(config.algorithm)) + " must be " +
-        std::to_string(expected) + " bytes (key followed by the 4-byte salt), got " +
-        std::to_string(config.key_material.size()));
+    throw std::invalid_argument("key material for " +
+                                std::string(crypto::algorithm_name(config.algorithm)) +
+                                " must be " + std::to_string(expected) +
+                                (crypto::is_aead(config.algorithm)
+                                     ? " bytes (key followed by the 4-byte salt), got "
+                                     : " bytes (encryption key followed by integrity key), got ") +
+                                std::to_string(config.key_material.size()));
   if (config.tunnel_source.family != config.tunnel_destination.family ||
       (config.tunnel_source.family != 4 && config.tunnel_source.family != 6))
     throw std::invalid_argument("tunnel endpoints must both be IPv4 or both IPv6");
@@ -31,12 +38,23 @@ const SaConfig& validated(const SaConfig& config) {
 }  // namespace
 
 SaCrypto::SaCrypto(const SaConfig& config, const crypto::CryptoBackend& backend)
-    : spi_(config.spi), esn_(config.esn), algorithm_(config.algorithm) {
-  const size_t key_length = crypto::cipher_key_length(config.algorithm);
-  if (config.key_material.size() != key_length + crypto::kSaltLength)
+    : spi_(config.spi),
+      esn_(config.esn),
+      algorithm_(config.algorithm),
+      layout_(esp_layout(config.algorithm, config.integrity)) {
+  if (!crypto::valid_transform(config.algorithm, config.integrity) ||
+      config.key_material.size() != crypto::key_material_length(config.algorithm, config.integrity))
     throw std::invalid_argument("key material has the wrong length");
+  const size_t key_length = crypto::cipher_key_length(config.algorithm);
+  const std::span<const uint8_t> material(config.key_material);
+  if (!crypto::is_aead(config.algorithm)) {
+    cbc_hmac_key_ =
+        backend.make_cbc_hmac_key(config.algorithm, config.integrity, material.first(key_length),
+                                  material.subspan(key_length));
+    return;
+  }
   memcpy(&salt_word_, config.key_material.data() + key_length, crypto::kSaltLength);
-  key_ = backend.make_key(config.algorithm, {config.key_material.data(), key_length});
+  key_ = backend.make_key(config.algorithm, material.first(key_length));
 }
 
 SaCrypto::~SaCrypto() {
@@ -90,6 +108,28 @@ bool SaCrypto::open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t 
   CipherInputs inputs;
   const size_t aad_length = build_inputs(sequence, iv, inputs.nonce, inputs.aad);
   return key_->open(inputs.nonce, inputs.aad, aad_length, data, data, length, icv);
+}
+
+void SaCrypto::seal_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const {
+  uint8_t* payload = esp + kEspHeaderLength + layout_.iv_length;
+  if (key_) {
+    seal(sequence, esp + kEspHeaderLength, payload, payload_length, payload + payload_length);
+    return;
+  }
+  cbc_hmac_key_->make_iv(sequence, esp + kEspHeaderLength);
+  uint8_t esn_high[crypto::kEsnHighLength];
+  store_be32(esn_high, static_cast<uint32_t>(sequence >> 32));
+  cbc_hmac_key_->seal(esp, payload_length, esn_ ? esn_high : nullptr);
+}
+
+bool SaCrypto::open_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const {
+  uint8_t* payload = esp + kEspHeaderLength + layout_.iv_length;
+  if (key_)
+    return open(sequence, esp + kEspHeaderLength, payload, payload_length,
+                payload + payload_length);
+  uint8_t esn_high[crypto::kEsnHighLength];
+  store_be32(esn_high, static_cast<uint32_t>(sequence >> 32));
+  return cbc_hmac_key_->open(esp, payload_length, esn_ ? esn_high : nullptr);
 }
 
 // The expanded key in SaCrypto is all the SA needs: the raw key material is wiped rather

@@ -13,6 +13,7 @@
 #include "crypto/aead.h"
 #include "esp/counters.h"
 #include "esp/drop_reason.h"
+#include "esp/esp_format.h"
 #include "esp/ip_address.h"
 #include "esp/outer_header.h"
 #include "esp/replay_window.h"
@@ -72,7 +73,9 @@ bool selector_matches(const TrafficSelector& selector, const InnerFlow& flow);
 // the selector list (read after decryption, next to the SA's crypto state) come last.
 struct SaConfig {
   uint32_t spi = 0;
-  crypto::AeadAlgorithm algorithm = crypto::AeadAlgorithm::aes_gcm_128;
+  crypto::EncryptionAlgorithm algorithm = crypto::EncryptionAlgorithm::aes_gcm_128;
+  // none for an AEAD; AES-CBC needs one.
+  crypto::IntegrityAlgorithm integrity = crypto::IntegrityAlgorithm::none;
   bool esn = false;
   // Inbound only; 0 disables anti-replay. Wide by default: a worker preempted for a few ms
   // falls behind its peers by thousands of packets at 400k packets/s, and its packets
@@ -82,7 +85,8 @@ struct SaConfig {
   // Outer header addresses: source = the sender of this SA's packets.
   IpAddress tunnel_source;
   IpAddress tunnel_destination;
-  // The cipher key followed by the 4-byte salt. OutboundSa and InboundSa wipe their copy
+  // As charon hands it over: an AEAD's cipher key followed by the 4-byte salt, or AES-CBC's
+  // encryption key followed by the integrity key. OutboundSa and InboundSa wipe their copy
   // once SaCrypto has expanded it: their config() has none.
   std::vector<uint8_t> key_material;
   // What crosses between the inner and the outer IP header (DSCP, ECN, DF).
@@ -92,7 +96,8 @@ struct SaConfig {
   std::vector<TrafficSelector> selectors;
 };
 
-// The AEAD state shared by both directions: key, salt and the AAD/nonce layout.
+// The crypto state shared by both directions: an AEAD's key, salt and AAD/nonce layout, or
+// AES-CBC's and the HMAC's keys; and the ESP layout the transform implies.
 class SaCrypto {
  public:
   // Throws std::invalid_argument for a key of the wrong length.
@@ -103,11 +108,20 @@ class SaCrypto {
 
   uint32_t spi() const { return spi_; }
   bool esn() const { return esn_; }
-  crypto::AeadAlgorithm algorithm() const { return algorithm_; }
+  crypto::EncryptionAlgorithm algorithm() const { return algorithm_; }
+  const EspLayout& layout() const { return layout_; }
 
-  // Encrypts an ESP payload (inner packet, padding, pad length, next header) in place and
-  // writes the ICV after it. `sequence` is the full 64-bit number (its high half goes into
-  // the AAD when ESN is on); `iv` is the 8-byte explicit IV as sent.
+  // Protects the ESP packet at `esp` (SPI first) whose payload (inner packet, padding,
+  // pad length, next header) of `payload_length` bytes follows the IV: encrypts it in
+  // place and writes the ICV after it. An AEAD's IV must be in place already; AES-CBC's
+  // is written here (see CbcHmacKey::make_iv).
+  void seal_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const;
+  // Verifies the ICV and, only if it matches, decrypts the payload in place.
+  [[nodiscard]] bool open_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const;
+
+  // AEAD SAs only. Encrypts an ESP payload (inner packet, padding, pad length, next header) in
+  // place and writes the ICV after it. `sequence` is the full 64-bit number (its high half goes
+  // into the AAD when ESN is on); `iv` is the 8-byte explicit IV as sent.
   void seal(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length, uint8_t* icv) const;
   [[nodiscard]] bool open(uint64_t sequence, const uint8_t* iv, uint8_t* data, size_t length,
                           const uint8_t* icv) const;
@@ -119,9 +133,11 @@ class SaCrypto {
 
   uint32_t spi_;
   bool esn_;
-  crypto::AeadAlgorithm algorithm_;
-  uint32_t salt_word_ = 0;  // the 4 salt bytes as they sit in memory
-  std::unique_ptr<crypto::AeadKey> key_;
+  crypto::EncryptionAlgorithm algorithm_;
+  EspLayout layout_;
+  uint32_t salt_word_ = 0;                            // the 4 salt bytes as they sit in memory
+  std::unique_ptr<crypto::AeadKey> key_;              // an AEAD
+  std::unique_ptr<crypto::CbcHmacKey> cbc_hmac_key_;  // or AES-CBC + HMAC
 };
 
 class OutboundSa {

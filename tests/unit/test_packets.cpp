@@ -56,6 +56,18 @@ esp::SaConfig make_sa_config(crypto::AeadAlgorithm algorithm, bool esn, bool ipv
   return c;
 }
 
+esp::SaConfig make_cbc_sa_config(crypto::EncryptionAlgorithm cipher,
+                                 crypto::IntegrityAlgorithm integrity, bool esn, bool ipv6_outer,
+                                 bool udp, uint32_t spi) {
+  esp::SaConfig c = make_sa_config(crypto::AeadAlgorithm::aes_gcm_128, esn, ipv6_outer, udp, spi);
+  c.algorithm = cipher;
+  c.integrity = integrity;
+  c.key_material.resize(crypto::key_material_length(cipher, integrity));
+  for (size_t i = 0; i < c.key_material.size(); ++i)
+    c.key_material[i] = static_cast<uint8_t>(i * 11 + spi);
+  return c;
+}
+
 std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t length) {
   std::vector<uint8_t> out(length);
   for (auto& b : out) b = static_cast<uint8_t>(rng());

@@ -20,6 +20,11 @@ std::vector<uint8_t> make_ipv6_packet(size_t payload_length, uint8_t fill = 0xCD
 esp::SaConfig make_sa_config(crypto::AeadAlgorithm algorithm, bool esn, bool ipv6_outer, bool udp,
                              uint32_t spi = 0x1000);
 
+// The same for AES-CBC with an HMAC: encryption key followed by integrity key.
+esp::SaConfig make_cbc_sa_config(crypto::EncryptionAlgorithm cipher,
+                                 crypto::IntegrityAlgorithm integrity, bool esn, bool ipv6_outer,
+                                 bool udp, uint32_t spi = 0x1000);
+
 std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t length);
 
 }  // namespace espgw::test
