@@ -2,7 +2,8 @@
 // calls on the same payload, side by side in one binary: a comparison is measured side by side in
 // one run, and the ratio is what counts.
 //
-// For each algorithm (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305, ipsec-mb backend),
+// For each algorithm (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305, and AES-128-CBC with
+// HMAC-SHA1-96 and AES-256-CBC with HMAC-SHA2-256-128; ipsec-mb backend),
 // inner packet size (64, 1400, 8192 bytes) and direction:
 //   raw/<alg>/encrypt/<size>    the direct ipsec-mb AEAD calls, in place, on a buffer the
 //                               size of the ESP payload espgw encrypts (inner + padding +
@@ -11,6 +12,9 @@
 //   raw/<alg>/decrypt/<size>    the direct calls plus a 16-byte memcmp of the tag.
 //   espgw/<alg>/decap/<size>    test::decapsulate(table, engine_counters, buffer).
 //   raw/<alg>/roundtrip/<size>  encrypt then decrypt and compare the tag, in place.
+//   For AES-CBC + HMAC the raw side is bench/raw_cbc_hmac.h: ipsec-mb's job API, one
+//   chained job to seal, an HMAC job, the compare and a CBC job to open (decrypting out of
+//   place: CBC decryption in place could not be repeated on the same buffer).
 //   espgw/<alg>/roundtrip/<size> encapsulate then decapsulate the same buffer, in place.
 // Every benchmark reports real time, bytes_per_second over the inner packet bytes, and
 // ns_per_packet. After the run a table of espgw/raw ratios per (algorithm, size,
@@ -48,6 +52,7 @@
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
 #include "packet/ip_format.h"
+#include "raw_cbc_hmac.h"
 #include "raw_ipsec_mb.h"
 #include "support/sequential_esp.h"
 #include "util/byte_order.h"
@@ -64,9 +69,8 @@ constexpr size_t kSizes[] = {64, 1400, 8192};
 constexpr size_t kMaxInner = 8192;
 constexpr size_t kHeadroom = esp::PacketBuffer::kDefaultHeadroom;
 // Room for the largest inner packet, the ESP header in front and padding, trailer and
-// ICV behind (esp::encap_tailroom() is 21 bytes), with slack.
+// ICV behind (esp::encap_tailroom() is 49 bytes), with slack.
 constexpr size_t kCapacity = kHeadroom + kMaxInner + 128;
-constexpr size_t kEspPrefix = esp::kEspHeaderLength + esp::kExplicitIvLength;
 constexpr size_t kAadLength = 8;  // SPI || 32-bit sequence number (no ESN)
 constexpr size_t kTagLength = 16;
 constexpr uint32_t kSpi = 0x0000c0de;
@@ -74,15 +78,19 @@ constexpr uint32_t kSpi = 0x0000c0de;
 constexpr size_t kDefaultDecapRing = 1024;
 size_t g_decap_ring = kDefaultDecapRing;
 
-// ESP payload length for an inner packet: padding to a 4-byte boundary including the
-// 2-byte trailer (RFC 4303 2.4), as esp/encap.cpp computes it. Checked against the engine's
-// actual output in every espgw benchmark's setup.
-constexpr size_t esp_payload_length(size_t inner) {
-  const size_t padding =
-      (esp::kPayloadAlignment - (inner + esp::kEspTrailerLength) % esp::kPayloadAlignment) %
-      esp::kPayloadAlignment;
+// ESP payload length for an inner packet: padding to a 4-byte boundary (16 for AES-CBC)
+// including the 2-byte trailer (RFC 4303 2.4), as esp/encap.cpp computes it. Checked
+// against the engine's actual output in every espgw benchmark's setup.
+constexpr size_t esp_payload_length(size_t inner, size_t alignment = esp::kPayloadAlignment) {
+  const size_t padding = (alignment - (inner + esp::kEspTrailerLength) % alignment) % alignment;
   return inner + padding + esp::kEspTrailerLength;
 }
+
+// The SA's transform: an AEAD, or AES-CBC with an HMAC.
+struct Transform {
+  AeadAlgorithm algorithm;
+  crypto::IntegrityAlgorithm integrity = crypto::IntegrityAlgorithm::none;
+};
 
 // An IPv4/UDP packet of `size` bytes in total (10.1.0.1 -> 10.2.0.1).
 std::vector<uint8_t> make_inner_packet(size_t size) {
@@ -102,17 +110,18 @@ std::vector<uint8_t> make_inner_packet(size_t size) {
   return p;
 }
 
-std::vector<uint8_t> key_material(AeadAlgorithm algorithm) {
-  std::vector<uint8_t> key(crypto::key_material_length(algorithm));
+std::vector<uint8_t> key_material(Transform t) {
+  std::vector<uint8_t> key(crypto::key_material_length(t.algorithm, t.integrity));
   for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(0x11 * (i + 1));
   return key;
 }
 
-esp::SaConfig make_config(AeadAlgorithm algorithm) {
+esp::SaConfig make_config(Transform t) {
   esp::SaConfig config;
   config.spi = kSpi;
-  config.algorithm = algorithm;
-  config.key_material = key_material(algorithm);
+  config.algorithm = t.algorithm;
+  config.integrity = t.integrity;
+  config.key_material = key_material(t);
   config.tunnel_source = *esp::IpAddress::parse("192.0.2.1");
   config.tunnel_destination = *esp::IpAddress::parse("192.0.2.2");
   config.replay_window = 1024;
@@ -152,7 +161,7 @@ class RawFixture {
         key_(std::make_unique<RawKey>()),
         buffer_(kCapacity),
         length_(esp_payload_length(inner)) {
-    const std::vector<uint8_t> material = key_material(A);
+    const std::vector<uint8_t> material = key_material({A});
     const size_t key_length = crypto::cipher_key_length(A);
     if constexpr (A == AeadAlgorithm::aes_gcm_128) {
       IMB_AES128_GCM_PRE(manager_, material.data(), &key_->gcm);
@@ -269,20 +278,106 @@ void raw_roundtrip(benchmark::State& state, size_t inner) {
   finish(state, inner);
 }
 
+// AES-CBC + HMAC: the raw baseline of bench/raw_cbc_hmac.h on a buffer placed like
+// espgw's (the payload at the default headroom, the ESP header and IV before it).
+struct RawCbcCase {
+  Transform transform;
+  espgw::bench::RawCbcHmacTransform raw;
+};
+
+class RawCbcFixture {
+ public:
+  RawCbcFixture(const RawCbcCase& c, size_t inner)
+      : material_(key_material(c.transform)),
+        key_length_(crypto::cipher_key_length(c.transform.algorithm)),
+        raw_(c.raw, material_.data(), material_.data() + key_length_,
+             material_.size() - key_length_),
+        buffer_(kCapacity),
+        length_(esp_payload_length(inner, 16)),
+        icv_length_(c.raw.icv_length),
+        scratch_(length_) {
+    buffer_.assign(make_inner_packet(inner), kHeadroom);
+    std::memset(payload() + inner, 0, length_ - inner + icv_length_);
+    espgw::store_be32(esp(), kSpi);
+    espgw::store_be32(esp() + 4, 1);
+    for (size_t i = 0; i < 16; ++i) esp()[8 + i] = static_cast<uint8_t>(0x5a ^ i);
+  }
+  uint8_t* payload() { return buffer_.data(); }
+  uint8_t* esp() { return payload() - 24; }
+  uint8_t* tag() { return payload() + length_; }
+  uint8_t* scratch() { return scratch_.data(); }
+  size_t length() const { return length_; }
+  espgw::bench::RawCbcHmac& raw() { return raw_; }
+
+ private:
+  std::vector<uint8_t> material_;
+  size_t key_length_;
+  espgw::bench::RawCbcHmac raw_;
+  esp::PacketBuffer buffer_;
+  size_t length_;
+  size_t icv_length_;
+  std::vector<uint8_t> scratch_;
+};
+
+void raw_cbc_encrypt(benchmark::State& state, const RawCbcCase* c, size_t inner) {
+  RawCbcFixture f(*c, inner);
+  for (auto _ : state) {
+    f.raw().seal(f.esp(), f.length(), f.tag());
+    benchmark::ClobberMemory();
+  }
+  finish(state, inner);
+}
+
+void raw_cbc_decrypt(benchmark::State& state, const RawCbcCase* c, size_t inner) {
+  RawCbcFixture f(*c, inner);
+  f.raw().seal(f.esp(), f.length(), f.tag());
+  for (auto _ : state) {
+    if (!f.raw().open(f.esp(), f.length(), f.tag(), f.scratch())) {
+      state.SkipWithError("raw decrypt: tag mismatch");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  finish(state, inner);
+}
+
+void raw_cbc_roundtrip(benchmark::State& state, const RawCbcCase* c, size_t inner) {
+  RawCbcFixture f(*c, inner);
+  for (auto _ : state) {
+    f.raw().seal(f.esp(), f.length(), f.tag());
+    if (!f.raw().open(f.esp(), f.length(), f.tag(), f.payload())) {
+      state.SkipWithError("raw roundtrip: tag mismatch");
+      break;
+    }
+  }
+  finish(state, inner);
+}
+
 // ---------------------------------------------------------------------------------------
 // espgw.
 
+esp::EspLayout layout_of(Transform t) {
+  return esp::esp_layout(t.algorithm, t.integrity);
+}
+size_t esp_prefix(Transform t) {
+  return esp::kEspHeaderLength + layout_of(t).iv_length;
+}
+
 // Checks once, before timing, that the engine produced the ESP packet the raw baseline
-// models: ESP header + IV, esp_payload_length(inner) bytes of payload, 16-byte ICV.
-bool check_encapsulated(benchmark::State& state, const esp::PacketBuffer& buffer, size_t inner) {
-  if (buffer.size() != kEspPrefix + esp_payload_length(inner) + esp::kIcvLength) {
+// models: ESP header + IV, esp_payload_length(inner) bytes of payload, the ICV.
+bool check_encapsulated(benchmark::State& state, const esp::PacketBuffer& buffer, size_t inner,
+                        Transform t) {
+  const esp::EspLayout layout = layout_of(t);
+  if (buffer.size() !=
+      esp_prefix(t) + esp_payload_length(inner, layout.alignment) + layout.icv_length) {
     state.SkipWithError("encapsulated size differs from the raw baseline's payload");
     return false;
   }
   return true;
 }
 
-void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner) {
+void espgw_encap(benchmark::State& state, Transform algorithm, size_t inner) {
+  const size_t kEspPrefix = esp_prefix(algorithm);
   esp::OutboundSa sa(make_config(algorithm), crypto::ipsec_mb_backend());
   const std::vector<uint8_t> packet = make_inner_packet(inner);
   esp::PacketBuffer buffer(kCapacity);
@@ -291,7 +386,7 @@ void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
     state.SkipWithError("encapsulate failed");
     return;
   }
-  if (!check_encapsulated(state, buffer, inner)) return;
+  if (!check_encapsulated(state, buffer, inner, algorithm)) return;
   buffer.narrow(kEspPrefix, inner);
   std::memcpy(buffer.data(), packet.data(), packet::kIpv4HeaderLength);
 
@@ -314,7 +409,7 @@ void espgw_encap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
   finish(state, inner);
 }
 
-void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner) {
+void espgw_decap(benchmark::State& state, Transform algorithm, size_t inner) {
   const esp::SaConfig config = make_config(algorithm);
   esp::OutboundSa outbound(config, crypto::ipsec_mb_backend());
   test::InboundSaTable table;
@@ -351,7 +446,7 @@ void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
     state.SkipWithError("encapsulate failed");
     return;
   }
-  if (!check_encapsulated(state, ring.front(), inner)) return;
+  if (!check_encapsulated(state, ring.front(), inner, algorithm)) return;
 
   size_t next = 0;
   for (auto _ : state) {
@@ -376,7 +471,7 @@ void espgw_decap(benchmark::State& state, AeadAlgorithm algorithm, size_t inner)
   if (ring.size() != kDefaultDecapRing) state.SetLabel("ring=" + std::to_string(ring.size()));
 }
 
-void espgw_roundtrip(benchmark::State& state, AeadAlgorithm algorithm, size_t inner) {
+void espgw_roundtrip(benchmark::State& state, Transform algorithm, size_t inner) {
   const esp::SaConfig config = make_config(algorithm);
   esp::OutboundSa outbound(config, crypto::ipsec_mb_backend());
   test::InboundSaTable table;
@@ -389,7 +484,7 @@ void espgw_roundtrip(benchmark::State& state, AeadAlgorithm algorithm, size_t in
     state.SkipWithError("encapsulate failed");
     return;
   }
-  if (!check_encapsulated(state, buffer, inner)) return;
+  if (!check_encapsulated(state, buffer, inner, algorithm)) return;
   if (test::decapsulate(table, engine, buffer) != esp::DropReason::none || buffer.size() != inner ||
       std::memcmp(buffer.data(), packet.data(), inner) != 0) {
     state.SkipWithError("round trip does not restore the inner packet");
@@ -424,7 +519,7 @@ constexpr const char* kDirections[][2] = {
 template <AeadAlgorithm A>
 void register_algorithm(const char* name) {
   using RawFn = void (*)(benchmark::State&, size_t);
-  using EspFn = void (*)(benchmark::State&, AeadAlgorithm, size_t);
+  using EspFn = void (*)(benchmark::State&, Transform, size_t);
   const RawFn raw[] = {&raw_encrypt<A>, &raw_decrypt<A>, &raw_roundtrip<A>};
   const EspFn espgw[] = {&espgw_encap, &espgw_decap, &espgw_roundtrip};
   for (size_t d = 0; d < 3; ++d) {
@@ -435,11 +530,36 @@ void register_algorithm(const char* name) {
       // Each raw benchmark runs right before its espgw counterpart, so the pair sees the
       // same machine state as far as possible.
       benchmark::RegisterBenchmark(c.raw_name.c_str(), raw[d], size)->UseRealTime();
-      benchmark::RegisterBenchmark(c.espgw_name.c_str(), espgw[d], A, size)->UseRealTime();
+      benchmark::RegisterBenchmark(c.espgw_name.c_str(), espgw[d], Transform{A}, size)
+          ->UseRealTime();
       g_cases.push_back(std::move(c));
     }
   }
 }
+
+void register_cbc(const char* name, const RawCbcCase* cbc) {
+  using RawFn = void (*)(benchmark::State&, const RawCbcCase*, size_t);
+  using EspFn = void (*)(benchmark::State&, Transform, size_t);
+  const RawFn raw[] = {&raw_cbc_encrypt, &raw_cbc_decrypt, &raw_cbc_roundtrip};
+  const EspFn espgw[] = {&espgw_encap, &espgw_decap, &espgw_roundtrip};
+  for (size_t d = 0; d < 3; ++d) {
+    for (const size_t size : kSizes) {
+      Case c{name, size, kDirections[d][0],
+             std::string("raw/") + name + "/" + kDirections[d][1] + "/" + std::to_string(size),
+             std::string("espgw/") + name + "/" + kDirections[d][0] + "/" + std::to_string(size)};
+      benchmark::RegisterBenchmark(c.raw_name.c_str(), raw[d], cbc, size)->UseRealTime();
+      benchmark::RegisterBenchmark(c.espgw_name.c_str(), espgw[d], cbc->transform, size)
+          ->UseRealTime();
+      g_cases.push_back(std::move(c));
+    }
+  }
+}
+
+const RawCbcCase kAes128Sha1{{AeadAlgorithm::aes_cbc_128, crypto::IntegrityAlgorithm::hmac_sha1_96},
+                             {IMB_KEY_128_BYTES, IMB_AUTH_HMAC_SHA_1, 64, 12}};
+const RawCbcCase kAes256Sha256{
+    {AeadAlgorithm::aes_cbc_256, crypto::IntegrityAlgorithm::hmac_sha256_128},
+    {IMB_KEY_256_BYTES, IMB_AUTH_HMAC_SHA_256, 64, 16}};
 
 // The ratio table: for each (algorithm, size, direction), espgw's and raw ipsec-mb's
 // real time per packet from the same run.
@@ -449,7 +569,7 @@ void print_ratios(const espgw::bench::CollectingReporter& reporter, std::ostream
       << (repetitions > 0 ? "median of " + std::to_string(repetitions) + " repetitions"
                           : std::string("single run"))
       << "); ratio = raw_ns / espgw_ns = espgw throughput / raw throughput\n";
-  out << std::left << std::setw(18) << "algorithm" << std::right << std::setw(6) << "size"
+  out << std::left << std::setw(20) << "algorithm" << std::right << std::setw(6) << "size"
       << "  " << std::left << std::setw(10) << "direction" << std::right << std::setw(10)
       << "espgw_ns" << std::setw(10) << "raw_ns" << std::setw(18) << "ratio(raw/espgw)"
       << std::setw(13) << "overhead_ns"
@@ -458,7 +578,7 @@ void print_ratios(const espgw::bench::CollectingReporter& reporter, std::ostream
     const std::optional<double> espgw = reporter.value(c.espgw_name, "real_ns");
     const std::optional<double> raw = reporter.value(c.raw_name, "real_ns");
     if (!espgw || !raw) continue;
-    out << std::left << std::setw(18) << c.algorithm << std::right << std::setw(6) << c.size << "  "
+    out << std::left << std::setw(20) << c.algorithm << std::right << std::setw(6) << c.size << "  "
         << std::left << std::setw(10) << c.direction << std::right << std::fixed
         << std::setprecision(1) << std::setw(10) << *espgw << std::setw(10) << *raw
         << std::setprecision(3) << std::setw(18) << *raw / *espgw << std::setprecision(1)
@@ -506,6 +626,8 @@ int main(int argc, char** argv) {
   register_algorithm<AeadAlgorithm::aes_gcm_128>("AES-128-GCM");
   register_algorithm<AeadAlgorithm::aes_gcm_256>("AES-256-GCM");
   register_algorithm<AeadAlgorithm::chacha20_poly1305>("ChaCha20-Poly1305");
+  register_cbc("AES-128-CBC-SHA1", &kAes128Sha1);
+  register_cbc("AES-256-CBC-SHA256", &kAes256Sha256);
 
   espgw::bench::CollectingReporter reporter(benchmark::CreateDefaultDisplayReporter());
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -142,14 +142,43 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
   const auto parsed = crypto::parse_algorithm(algorithm);
   if (!parsed && reader.ok()) reader.fail("unsupported algorithm '" + algorithm + "'");
   if (parsed) config.algorithm = *parsed;
+  // AES-CBC comes with an HMAC and its own key (charon hands the two keys over apart);
+  // the SA keeps the integrity key after the encryption key.
+  const std::string* integrity_key = request.value("integrity-key");
+  std::optional<crypto::IntegrityAlgorithm> integrity = crypto::IntegrityAlgorithm::none;
+  if (request.value("integrity")) {
+    const std::string name = reader.text("integrity");
+    integrity = crypto::parse_integrity(name);
+    if (!integrity && reader.ok()) reader.fail("unsupported integrity algorithm '" + name + "'");
+  }
+  if (parsed && integrity && !crypto::valid_transform(*parsed, *integrity) && reader.ok())
+    reader.fail(crypto::is_aead(*parsed) ? algorithm + " is an AEAD: no 'integrity' with it"
+                                         : algorithm + " needs an 'integrity' algorithm");
+  if (integrity) config.integrity = *integrity;
+  const bool with_integrity = integrity && *integrity != crypto::IntegrityAlgorithm::none;
   const std::string* key = request.value("key");
   if (!key) {
     reader.fail("missing 'key'");
-  } else if (parsed && key->size() != crypto::key_material_length(*parsed)) {
+  } else if (with_integrity && !integrity_key) {
+    reader.fail("missing 'integrity-key'");
+  } else if (!with_integrity && integrity_key) {
+    reader.fail("'integrity-key' without an 'integrity' algorithm");
+  } else if (parsed && !with_integrity && key->size() != crypto::key_material_length(*parsed)) {
     reader.fail("key material of " + std::to_string(key->size()) + " bytes; " + algorithm +
                 " needs " + std::to_string(crypto::key_material_length(*parsed)));
+  } else if (parsed && with_integrity &&
+             (key->size() != crypto::cipher_key_length(*parsed) ||
+              integrity_key->size() != crypto::integrity_key_length(*integrity))) {
+    reader.fail("keys of " + std::to_string(key->size()) + " and " +
+                std::to_string(integrity_key->size()) + " bytes; " + algorithm + " with " +
+                std::string(crypto::integrity_name(*integrity)) + " needs " +
+                std::to_string(crypto::cipher_key_length(*parsed)) + " and " +
+                std::to_string(crypto::integrity_key_length(*integrity)));
   } else {
     config.key_material.assign(key->begin(), key->end());
+    if (with_integrity)
+      config.key_material.insert(config.key_material.end(), integrity_key->begin(),
+                                 integrity_key->end());
   }
   config.esn = reader.flag("esn");
   // charon's default window is 32; the engine's RFC 6479 bitmap rounds up to 64 and

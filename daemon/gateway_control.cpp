@@ -172,7 +172,7 @@ GatewayStatus Gateway::status(bool entries) const {
     sa.from_charon = entry.from_charon;
     sa.source = config.tunnel_source;
     sa.destination = config.tunnel_destination;
-    sa.algorithm = std::string(crypto::algorithm_name(config.algorithm));
+    sa.algorithm = crypto::transform_name(config.algorithm, config.integrity);
     sa.udp_encapsulation = config.udp_encapsulation.has_value();
     if (config.udp_encapsulation) {
       sa.udp_source_port = config.udp_encapsulation->source_port;

@@ -33,7 +33,8 @@ unsigned MtuTracker::outbound_candidate(const esp::SaConfig& sa) {
   const uint32_t path = route_mtu_cached(sa.tunnel_destination);
   max_path_mtu_ = std::max<size_t>(max_path_mtu_, path);
   const size_t overhead =
-      esp::max_esp_overhead(sa.tunnel_destination.family == 6, sa.udp_encapsulation.has_value());
+      esp::max_esp_overhead(sa.tunnel_destination.family == 6, sa.udp_encapsulation.has_value(),
+                            esp::esp_layout(sa.algorithm, sa.integrity));
   return std::max(static_cast<unsigned>(path > overhead ? path - overhead : 576), 576u);
 }
 

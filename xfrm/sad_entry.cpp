@@ -39,8 +39,9 @@ bool operator==(const SadEntry& a, const SadEntry& b) {
 bool same_except_key(const SadEntry& a, const SadEntry& b) {
   const esp::SaConfig& x = a.config;
   const esp::SaConfig& y = b.config;
-  return x.spi == y.spi && x.algorithm == y.algorithm && x.esn == y.esn &&
-         x.tunnel_source == y.tunnel_source && x.tunnel_destination == y.tunnel_destination &&
+  return x.spi == y.spi && x.algorithm == y.algorithm && x.integrity == y.integrity &&
+         x.esn == y.esn && x.tunnel_source == y.tunnel_source &&
+         x.tunnel_destination == y.tunnel_destination &&
          same_encapsulation(x.udp_encapsulation, y.udp_encapsulation) &&
          x.replay_window == y.replay_window && x.outer_header == y.outer_header &&
          same_selectors(x.selectors, y.selectors) && a.direction == b.direction &&

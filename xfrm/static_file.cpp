@@ -297,6 +297,9 @@ SadEntry parse_sa(Words& words) {
       words.once("algorithm");
       sa.config.algorithm = *algorithm;
       have_algorithm = true;
+    } else if (auto integrity = crypto::parse_integrity(word)) {
+      words.once("integrity algorithm");
+      sa.config.integrity = *integrity;
     } else {
       auto lifetime = std::find_if(std::begin(kLifetimeFields), std::end(kLifetimeFields),
                                    [&](const LifetimeField& f) { return f.keyword == word; });
@@ -310,12 +313,31 @@ SadEntry parse_sa(Words& words) {
                  {"key", have_key},
                  {"src", have_src},
                  {"dst", have_dst}});
-  const size_t expected = crypto::key_material_length(sa.config.algorithm);
-  if (sa.config.key_material.size() != expected)
-    fail("key: " + std::to_string(sa.config.key_material.size()) + " bytes, but " +
-         std::string(crypto::algorithm_name(sa.config.algorithm)) + " needs " +
-         std::to_string(expected) + " (" + std::to_string(expected - crypto::kSaltLength) +
-         "-byte key followed by the 4-byte salt)");
+  const crypto::EncryptionAlgorithm algorithm = sa.config.algorithm;
+  const crypto::IntegrityAlgorithm integrity = sa.config.integrity;
+  if (!crypto::is_aead(algorithm) && integrity == crypto::IntegrityAlgorithm::none)
+    fail("sa: " + std::string(crypto::algorithm_name(algorithm)) +
+         " needs an integrity algorithm (hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192 or "
+         "hmac-sha2-512-256)");
+  if (crypto::is_aead(algorithm) && integrity != crypto::IntegrityAlgorithm::none)
+    fail("sa: " + std::string(crypto::algorithm_name(algorithm)) +
+         " is an AEAD and takes no integrity algorithm");
+  const size_t expected = crypto::key_material_length(algorithm, integrity);
+  if (sa.config.key_material.size() != expected) {
+    const size_t cipher_key = crypto::cipher_key_length(algorithm);
+    const std::string layout =
+        crypto::is_aead(algorithm)
+            ? std::to_string(cipher_key) + "-byte key followed by the 4-byte salt"
+            : std::to_string(cipher_key) + "-byte encryption key followed by the " +
+                  std::to_string(crypto::integrity_key_length(integrity)) + "-byte " +
+                  std::string(crypto::integrity_name(integrity)) + " key";
+    const std::string name = crypto::is_aead(algorithm)
+                                 ? std::string(crypto::algorithm_name(algorithm))
+                                 : std::string(crypto::algorithm_name(algorithm)) + " " +
+                                       std::string(crypto::integrity_name(integrity));
+    fail("key: " + std::to_string(sa.config.key_material.size()) + " bytes, but " + name +
+         " needs " + std::to_string(expected) + " (" + layout + ")");
+  }
   if (sa.config.tunnel_source.family != sa.config.tunnel_destination.family)
     fail("sa: src and dst are of different address families");
   if (have_replay_window && sa.direction != Direction::in)

@@ -34,6 +34,10 @@ void write_sa(std::string& out, const SadEntry& sa) {
   out += spi;
   out += ' ';
   out += crypto::algorithm_name(c.algorithm);
+  if (c.integrity != crypto::IntegrityAlgorithm::none) {
+    out += ' ';
+    out += crypto::integrity_name(c.integrity);
+  }
   out += " key 0x" + to_hex(c.key_material);
   out += " src " + c.tunnel_source.to_string();
   out += " dst " + c.tunnel_destination.to_string();

@@ -94,6 +94,12 @@ std::string_view integrity_name(IntegrityAlgorithm algorithm) {
   return "unknown";
 }
 
+std::string transform_name(EncryptionAlgorithm algorithm, IntegrityAlgorithm integrity) {
+  std::string name(algorithm_name(algorithm));
+  if (integrity != IntegrityAlgorithm::none) name += "/" + std::string(integrity_name(integrity));
+  return name;
+}
+
 std::optional<EncryptionAlgorithm> parse_algorithm(std::string_view name) {
   if (name == "aes-gcm-128" || name == "aes128gcm16" || name == "aes128gcm128")
     return EncryptionAlgorithm::aes_gcm_128;

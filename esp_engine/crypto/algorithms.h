@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace espgw::crypto {
@@ -56,6 +57,8 @@ bool valid_transform(EncryptionAlgorithm algorithm, IntegrityAlgorithm integrity
 
 std::string_view algorithm_name(EncryptionAlgorithm algorithm);
 std::string_view integrity_name(IntegrityAlgorithm algorithm);
+// "aes-gcm-128", or "aes-cbc-256/hmac-sha2-256-128" with an integrity algorithm.
+std::string transform_name(EncryptionAlgorithm algorithm, IntegrityAlgorithm integrity);
 // Accepts our names and strongSwan's AEAD proposal keywords (aes128gcm16,
 // chacha20poly1305). AES-CBC only by our names (aes-cbc-256): strongSwan's "aes256"
 // names a cipher without saying which integrity algorithm goes with it.

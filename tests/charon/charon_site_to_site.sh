@@ -9,6 +9,9 @@
 #               ways, list-sas byte counters equal the traffic sent, only ESP on the WAN,
 #               espgwctl status, terminate removes SAs and routes
 #   chacha-raw  ChaCha20-Poly1305 over raw ESP (encap = no), the same checks
+#   cbc-sha256-raw, cbc-sha1-udp
+#               AES-256-CBC with HMAC-SHA2-256-128 over raw ESP, AES-128-CBC with
+#               HMAC-SHA1-96 over UDP: the same checks, and espgw's SAs carry that transform
 #   rekey       rekey_time = 20s while TCP and ping run for 45 s: make-before-break
 #               rekeys lose nothing and reorder nothing (TCP detects no loss, its
 #               receiver queues no segment out of order, 0 pings lost, no ESP drops)
@@ -22,6 +25,9 @@
 #               rekeys them; charon restarts: espgw removes the stale SAs and routes
 #   interop     gwB runs strongSwan's kernel-libipsec instead (ESP we did not write):
 #               ping and iperf3 both ways
+#   interop-cbc the same against kernel-libipsec for AES-128/256-CBC with HMAC-SHA1-96,
+#               SHA2-256-128, SHA2-384-192 and SHA2-512-256 over ESP in UDP, one CHILD_SA
+#               after the other in one IKE_SA; prints a table
 #   x509        the shipped examples as they are: configs/swanctl/site-to-site-x509.conf
 #               (gwB's side mirrored from it), configs/strongswan.conf and
 #               configs/espgw.conf, with a CA and gateway certificates made by openssl:
@@ -64,6 +70,18 @@ check() {  # check LABEL CMD...
 }
 
 ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
+
+iperf_mbps() {  # iperf_mbps CLIENT_NS SERVER_NS ADDRESS [-R]: Mbit/s of 2 s of TCP (0: none)
+  local client=$1 server=$2 address=$3 reverse=${4:-} mbps=0
+  in_ns "$server" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$server' ss -Hltn 'sport = :5201' | grep -q ."
+  if in_ns "$client" timeout 20 iperf3 -c "$address" -t 2 -C cubic -J $reverse >"$WORK/iperf.json" 2>&1; then
+    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
+  fi
+  [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
+  rm -f "$WORK/iperf.pid"
+  echo "$mbps"
+}
 
 iperf_ok() {  # iperf_ok CLIENT_NS SERVER_NS ADDRESS [-R]: 2 s of TCP, some data through
   local client=$1 server=$2 address=$3 reverse=${4:-}
@@ -196,7 +214,7 @@ print(f"{len(keys)} keys checked")
 PY
 }
 
-run_basic() {  # run_basic ESP ENCAP
+run_basic() {  # run_basic ESP ENCAP [before-terminate: leave the tunnel up]
   bring_up "$1" "$2" 1h
   check "espgw installed 2 SAs from charon on gwA" wait_until 5 sas_equal a 2
   check "route to 10.2.0.0/16 through espgw0 on gwA" route_present a 10.2.0.0/16
@@ -212,7 +230,7 @@ run_basic() {  # run_basic ESP ENCAP
   fi
   swan a --list-sas >"$WORK/list-sas.txt" 2>&1 || true
   log "swanctl --list-sas on gwA:"; sed 's/^/    /' "$WORK/list-sas.txt"
-  check_terminate
+  [[ ${3:-} == before-terminate ]] || check_terminate
 }
 
 # No ESP-level drop on either side (replays, ICV failures, unknown SPIs, queue overflow):
@@ -467,6 +485,59 @@ run_restart() {
   check "gwB replaced the old IKE_SA (unique = replace): 2 charon SAs" wait_until 10 sas_equal b 2
 }
 
+# The transform espgw runs for gwA's SAs, e.g. "aes-cbc-256/hmac-sha2-256-128" (one
+# name when both SAs agree).
+sa_transforms() {
+  espgw_json "$1" sas '" ".join(sorted({s["algorithm"] for s in d["sas"].values() if s["origin"] == "charon"}))'
+}
+
+run_basic_cbc() {  # run_basic_cbc ESP ENCAP TRANSFORM
+  run_basic "$1" "$2" before-terminate
+  check "espgw's SAs run $3 on both gateways" \
+    test "$(sa_transforms a)/$(sa_transforms b)" = "$3/$3"
+  check_terminate
+}
+
+# One CHILD_SA per AES-CBC pairing against kernel-libipsec, over UDP: proposals are
+# reloaded on both sides, the old CHILD_SA terminated and the new one initiated within the
+# IKE_SA that stays up.
+run_interop_cbc() {
+  local proposals=(aes128-sha1 aes128-sha256 aes128-sha384 aes128-sha512
+                   aes256-sha1 aes256-sha256 aes256-sha384 aes256-sha512)
+  local table=() esp transform forward reverse ping_ab ping_ba drops first=yes
+  for esp in "${proposals[@]}"; do
+    if [[ $first == yes ]]; then
+      bring_up "$esp" yes 1h libipsec || return 1
+      first=no
+    else
+      write_swanctl_conf a "$esp" yes 1h
+      write_swanctl_conf b "$esp" yes 1h
+      load_swanctl a && load_swanctl b
+      swan a --terminate --child net --timeout 10 >/dev/null 2>&1 || true
+      wait_until 5 sas_equal a 0 || true
+      if initiate a; then pass "CHILD_SA with $esp against kernel-libipsec"
+      else fail "initiate $esp"; cat "$WORK/swanctl-initiate.log"; continue; fi
+    fi
+    wait_until 5 sas_equal a 2 || true
+    transform=$(sa_transforms a)
+    ping_ab=no ping_ba=no
+    wait_until 5 ping_ok "$LANA" 10.2.0.2 && ping_ab=yes
+    ping_ok "$LANB" 10.1.0.2 && ping_ba=yes
+    forward=$(iperf_mbps "$LANA" "$LANB" 10.2.0.2)
+    reverse=$(iperf_mbps "$LANA" "$LANB" 10.2.0.2 -R)
+    drops=$(esp_drops a)
+    check "$esp: espgw runs ${transform:-nothing}, ping both ways ($ping_ab/$ping_ba), iperf3 $forward/$reverse Mbit/s, $drops drops" \
+      test "$ping_ab$ping_ba" = yesyes -a "${forward:-0}" -gt 0 -a "${reverse:-0}" -gt 0 -a "$drops" = 0 \
+      -a -n "$transform" -a "${transform#aes-cbc-}" != "$transform"
+    table+=("$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s' "$esp" "$transform" "$ping_ab" "$ping_ba" "$forward" "$reverse" "$drops")")
+  done
+  log "espgw (gwA) against kernel-libipsec (gwB), ESP in UDP, iperf3 2 s TCP each way:"
+  log "$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s' proposal "espgw transform" "a->b" "b->a" "a->b" "b->a" drops)"
+  log "$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s' "" "" ping ping Mbit/s Mbit/s "")"
+  local row
+  for row in "${table[@]}"; do log "$row"; done
+}
+
 run_interop() {
   bring_up aes128gcm16 yes 1h libipsec
   check "ping espgw -> kernel-libipsec (lanA -> lanB)" wait_until 5 ping_ok "$LANA" 10.2.0.2
@@ -580,6 +651,9 @@ trap 'on_failure_logs; stop_charons; cleanup' EXIT
 case $SCENARIO in
   gcm-udp) CHARON_LOG_CHD=4 ESPGW_LOG_LEVEL=debug run_basic aes128gcm16 yes ;;
   chacha-raw) run_basic chacha20poly1305 no ;;
+  cbc-sha256-raw) run_basic_cbc aes256-sha256 no aes-cbc-256/hmac-sha2-256-128 ;;
+  cbc-sha1-udp) run_basic_cbc aes128-sha1 yes aes-cbc-128/hmac-sha1-96 ;;
+  interop-cbc) run_interop_cbc ;;
   rekey) run_rekey ;;
   rekey-collision) run_rekey collide ;;
   restart) run_restart ;;

@@ -305,3 +305,53 @@ TEST(CharonMessages, MalformedPoliciesAreRefused) {
   m.set("src-port-to", 70000);
   EXPECT_NE(error_of(policy_from(m, true)).find("'src-port-to'"), std::string::npos);
 }
+
+// AES-CBC: the plugin sends the encryption key and the integrity key apart; the SA keeps
+// them one after the other.
+TEST(CharonMessages, AesCbcWithHmacKeepsBothKeys) {
+  Message m = add_sa();
+  m.set("algorithm", "aes-cbc-256");
+  m.set("key", std::string(32, '\x11'));
+  m.set("integrity", "hmac-sha2-256-128");
+  m.set("integrity-key", std::string(32, '\x22'));
+  auto result = sa_from_add_sa(m);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+  const auto& config = std::get<xfrm::SadEntry>(result).config;
+  EXPECT_EQ(config.algorithm, espgw::crypto::EncryptionAlgorithm::aes_cbc_256);
+  EXPECT_EQ(config.integrity, espgw::crypto::IntegrityAlgorithm::hmac_sha256_128);
+  std::string expected(32, '\x11');
+  expected += std::string(32, '\x22');
+  EXPECT_EQ(std::string(config.key_material.begin(), config.key_material.end()), expected);
+}
+
+TEST(CharonMessages, AesCbcRefusalsNameTheProblemButNeverTheKey) {
+  const std::string secret = "SECRETKEYSECRETKEY012";  // 21 bytes: wrong for SHA-1
+  struct Case {
+    const char* algorithm;
+    const char* integrity;  // nullptr: absent
+    size_t key_length;
+    const std::string* integrity_key;
+    const char* expected;
+  };
+  const std::string sha1_key(20, 'k');
+  const Case cases[] = {
+      {"aes-cbc-128", nullptr, 16, nullptr, "needs an 'integrity'"},
+      {"aes-cbc-128", "hmac-md5-96", 16, &sha1_key, "unsupported integrity algorithm"},
+      {"aes-cbc-128", "hmac-sha1-96", 16, nullptr, "missing 'integrity-key'"},
+      {"aes-cbc-128", "hmac-sha1-96", 16, &secret, "needs 16 and 20"},
+      {"aes-cbc-192", "hmac-sha1-96", 16, &sha1_key, "needs 24 and 20"},
+      {"aes-gcm-128", "hmac-sha1-96", 20, &sha1_key, "is an AEAD"},
+      {"aes-gcm-128", nullptr, 20, &sha1_key, "'integrity-key' without"},
+  };
+  for (const Case& c : cases) {
+    Message m = add_sa();
+    m.set("algorithm", c.algorithm);
+    m.set("key", std::string(c.key_length, 'K'));
+    if (c.integrity) m.set("integrity", c.integrity);
+    if (c.integrity_key) m.set("integrity-key", *c.integrity_key);
+    const std::string error = error_of(sa_from_add_sa(m));
+    EXPECT_NE(error.find(c.expected), std::string::npos)
+        << c.algorithm << " " << (c.integrity ? c.integrity : "-") << " gave: " << error;
+    EXPECT_EQ(error.find("SECRET"), std::string::npos) << error;
+  }
+}

@@ -24,7 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // What the parser accepts, the SA constructors take without throwing.
     const esp::SaConfig& config = entry->config;
     if (config.spi == 0) abort();
-    if (config.key_material.size() != crypto::key_material_length(config.algorithm)) abort();
+    if (!crypto::valid_transform(config.algorithm, config.integrity)) abort();
+    if (config.key_material.size() !=
+        crypto::key_material_length(config.algorithm, config.integrity))
+      abort();
     if (config.tunnel_source.family != config.tunnel_destination.family) abort();
     if (config.replay_window > 65536) abort();
   } else if (std::get<std::string>(sa).empty()) {

@@ -15,7 +15,7 @@ using namespace espgw;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const uint32_t spi = fuzz::kFirstFuzzSpi + (data[0] & 3);
+  const uint32_t spi = fuzz::kFirstFuzzSpi + (data[0] % fuzz::kFuzzSaCount);
   const esp::SaConfig config = fuzz::fuzz_sa_config(spi);
   esp::OutboundSa out(config, crypto::ipsec_mb_backend());
   test::InboundSaTable table;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "crypto/algorithms.h"
 #include "xfrm/sad_entry.h"
 #include "xfrm/spd.h"
 #include "xfrm/static_file.h"
@@ -28,7 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Whatever the parser accepts, the models accept too: it checks the same invariants.
   std::set<xfrm::SaId> ids;
   for (const auto& sa : config.sas)
-    if (sa.config.spi == 0 ||
+    if (sa.config.spi == 0 || !crypto::valid_transform(sa.config.algorithm, sa.config.integrity) ||
+        sa.config.key_material.size() !=
+            crypto::key_material_length(sa.config.algorithm, sa.config.integrity) ||
         (sa.direction != xfrm::Direction::out && sa.direction != xfrm::Direction::in) ||
         !ids.insert(xfrm::sa_id_of(sa)).second)
       abort();

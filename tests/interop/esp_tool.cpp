@@ -2,12 +2,14 @@
 // interop tests (tests/interop/scapy_esp_interop.py) to hand packets to and from an
 // independent ESP implementation.
 //
-//   espgw_esp_tool encap --alg NAME --key HEX --spi N --seq N [--esn] --src ADDR --dst ADDR
+//   espgw_esp_tool encap --alg NAME [--integ NAME] --key HEX --spi N --seq N [--esn]
+//                        --src ADDR --dst ADDR
 //                        [--udp SPORT:DPORT] [--backend ipsec-mb|openssl]
 //       Reads inner IP packets as hex on stdin, one per line, and encapsulates them with
 //       consecutive sequence numbers starting at --seq. Prints each full outer packet as
 //       hex, one per line.
-//   espgw_esp_tool decap --alg NAME --key HEX --spi N [--esn] --src ADDR --dst ADDR
+//   espgw_esp_tool decap --alg NAME [--integ NAME] --key HEX --spi N [--esn]
+//                        --src ADDR --dst ADDR
 //                        [--udp SPORT:DPORT] [--backend ...] [--window N] [--highest N]
 //       Reads full outer IP packets as hex on stdin, one per line, and decapsulates them
 //       in order through one SA (so a repeated packet is caught by the replay window).
@@ -16,10 +18,11 @@
 //       Prints each inner packet as hex; for a dropped packet prints "drop REASON" on
 //       stdout and the reason name on stderr.
 //
-// --key is the key material as strongSwan hands it over: cipher key followed by the
-// 4-byte salt. Numbers may be decimal or 0x-prefixed hex.
-// Exit status: 0 all packets went through, 3 at least one was dropped, 2 bad arguments or
-// input.
+// --key is the key material as the SA takes it: an AEAD's cipher key followed by the
+// 4-byte salt; with AES-CBC (--alg aes-cbc-128/192/256 --integ hmac-sha1-96,
+// hmac-sha2-256-128, ...) the encryption key followed by the integrity key. Numbers may be decimal
+// or 0x-prefixed hex. Exit status: 0 all packets went through, 3 at least one was dropped, 2 bad
+// arguments or input.
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -63,7 +66,8 @@ struct Options {
 };
 
 void print_usage() {
-  std::cerr << "usage: espgw_esp_tool encap|decap --alg NAME --key HEX --spi N [--seq N] [--esn]\n"
+  std::cerr << "usage: espgw_esp_tool encap|decap --alg NAME [--integ NAME] --key HEX --spi N\n"
+               "                      [--seq N] [--esn]\n"
                "                      --src ADDR --dst ADDR [--udp SPORT:DPORT]\n"
                "                      [--backend ipsec-mb|openssl] [--window N] [--highest N]\n"
                "  Packets are read as hex from stdin, one per line.\n";
@@ -116,6 +120,11 @@ Options parse_options(int argc, char** argv) {
       if (!algorithm) throw UsageError{"--alg: unknown algorithm '" + name + "'"};
       config.algorithm = *algorithm;
       have_alg = true;
+    } else if (option == "--integ") {
+      const std::string name = value();
+      auto integrity = espgw::crypto::parse_integrity(name);
+      if (!integrity) throw UsageError{"--integ: unknown integrity algorithm '" + name + "'"};
+      config.integrity = *integrity;
     } else if (option == "--key") {
       const std::string text = value();
       auto key = espgw::parse_hex(text);
@@ -169,11 +178,17 @@ Options parse_options(int argc, char** argv) {
   if (!destination) throw UsageError{"--dst is required"};
   if (source->family != destination->family)
     throw UsageError{"--src and --dst must both be IPv4 or both IPv6"};
-  const size_t key_length = espgw::crypto::key_material_length(config.algorithm);
+  if (!espgw::crypto::valid_transform(config.algorithm, config.integrity))
+    throw UsageError{espgw::crypto::is_aead(config.algorithm)
+                         ? "--integ: an AEAD takes no integrity algorithm"
+                         : "--integ is required with AES-CBC"};
+  const size_t key_length = espgw::crypto::key_material_length(config.algorithm, config.integrity);
   if (config.key_material.size() != key_length)
-    throw UsageError{"--key: " + std::string(espgw::crypto::algorithm_name(config.algorithm)) +
+    throw UsageError{"--key: " + espgw::crypto::transform_name(config.algorithm, config.integrity) +
                      " needs " + std::to_string(key_length) +
-                     " bytes (cipher key followed by the 4-byte salt), got " +
+                     (espgw::crypto::is_aead(config.algorithm)
+                          ? " bytes (cipher key followed by the 4-byte salt), got "
+                          : " bytes (encryption key followed by integrity key), got ") +
                      std::to_string(config.key_material.size())};
   if (options.command == "encap") {
     if (!have_seq) throw UsageError{"encap: --seq is required"};

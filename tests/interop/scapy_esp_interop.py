@@ -62,6 +62,10 @@ import warnings
 
 warnings.filterwarnings("ignore")  # scapy/cryptography deprecation noise
 
+import hashlib  # noqa: E402
+import hmac  # noqa: E402
+
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # noqa: E402
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305  # noqa: E402
 from scapy.all import ICMP, IP, TCP, UDP, ICMPv6EchoRequest, IPv6, Raw, raw  # noqa: E402
 from scapy.layers.inet6 import in6_chksum  # noqa: E402
@@ -73,6 +77,18 @@ ALGORITHMS = {
     "aes-gcm-128": ("AES-GCM", 16, AESGCM),
     "aes-gcm-256": ("AES-GCM", 32, AESGCM),
     "chacha20-poly1305": ("CHACHA20-POLY1305", 32, ChaCha20Poly1305),
+    # AES-CBC: no AEAD class; checked by hand with AES-CBC and hmac (aead None)
+    "aes-cbc-128": ("AES-CBC", 16, None),
+    "aes-cbc-192": ("AES-CBC", 24, None),
+    "aes-cbc-256": ("AES-CBC", 32, None),
+}
+CBC_ALGORITHMS = ("aes-cbc-128", "aes-cbc-192", "aes-cbc-256")
+INTEGRITY = {
+    # espgw name: (scapy name, key length, ICV length, hashlib constructor)
+    "hmac-sha1-96": ("HMAC-SHA1-96", 20, 12, hashlib.sha1),
+    "hmac-sha2-256-128": ("SHA2-256-128", 32, 16, hashlib.sha256),
+    "hmac-sha2-384-192": ("SHA2-384-192", 48, 24, hashlib.sha384),
+    "hmac-sha2-512-256": ("SHA2-512-256", 64, 32, hashlib.sha512),
 }
 BACKENDS = ("ipsec-mb", "openssl")
 OUTER = {
@@ -117,22 +133,39 @@ def inner_packets(family):
 class Config:
     """One SA configuration of the matrix."""
 
-    def __init__(self, alg, inner, outer, esn, udp, backend, start, rng, spi=None):
+    def __init__(self, alg, inner, outer, esn, udp, backend, start, rng, spi=None, integ=None):
         self.alg, self.inner, self.outer, self.esn, self.udp = alg, inner, outer, esn, udp
-        self.backend, self.start = backend, start
+        self.backend, self.start, self.integ = backend, start, integ
         self.scapy_alg, key_length, self.aead = ALGORITHMS[alg]
-        self.key = rng.randbytes(key_length + 4)  # cipher key || 4-byte salt, as charon
+        if integ is None:
+            self.key = rng.randbytes(key_length + 4)  # cipher key || 4-byte salt, as charon
+        else:
+            # encryption key || integrity key: the SA's key material for AES-CBC
+            self.key = rng.randbytes(key_length + INTEGRITY[integ][1])
+        self.cipher_key_length = key_length
         self.spi = spi if spi is not None else rng.randrange(0x100, 0xFFFFFFFF)
         self.src, self.dst = OUTER[outer]
 
     def label(self):
         return "%s in%d out%d %s %s %s" % (
-            self.alg, self.inner, self.outer, "esn" if self.esn else "no-esn",
-            "udp" if self.udp else "raw-esp", self.backend)
+            self.alg + ("/" + self.integ if self.integ else ""), self.inner, self.outer,
+            "esn" if self.esn else "no-esn", "udp" if self.udp else "raw-esp", self.backend)
+
+    def split_key(self, key=None):
+        """(cipher key, integrity key or None) of the key material."""
+        key = key or self.key
+        if self.integ is None:
+            return key, None
+        return key[:self.cipher_key_length], key[self.cipher_key_length:]
+
+    def icv_length(self):
+        return INTEGRITY[self.integ][2] if self.integ else 16
 
     def tool_args(self, key=None):
         args = ["--alg", self.alg, "--key", (key or self.key).hex(), "--spi", str(self.spi),
                 "--src", self.src, "--dst", self.dst, "--backend", self.backend]
+        if self.integ:
+            args += ["--integ", self.integ]
         if self.esn:
             args.append("--esn")
         if self.udp:
@@ -143,8 +176,13 @@ class Config:
         esn = self.esn if esn is None else esn
         tunnel = IP(src=self.src, dst=self.dst) if self.outer == 4 else IPv6(src=self.src,
                                                                              dst=self.dst)
+        if self.integ:
+            crypt_key, auth_key = self.split_key(key)
+            auth = dict(auth_algo=INTEGRITY[self.integ][0], auth_key=auth_key)
+        else:
+            crypt_key, auth = key or self.key, {}
         return SecurityAssociation(
-            ESP, spi=self.spi, crypt_algo=self.scapy_alg, crypt_key=key or self.key,
+            ESP, spi=self.spi, crypt_algo=self.scapy_alg, crypt_key=crypt_key, **auth,
             tunnel_header=tunnel,
             nat_t_header=UDP(sport=NAT_T_PORT, dport=NAT_T_PORT) if self.udp else None,
             esn_en=esn, esn=high)
@@ -160,7 +198,21 @@ class Config:
             # so nothing else changes).
             assert struct.unpack_from("!H", wire, 24)[0] == 8, "scapy quirk changed?"
             struct.pack_into("!H", wire, 24, len(wire) - 20)
+        if self.integ and (self.esn if esn is None else esn):
+            # scapy 2.5.0 leaves the ESN high bits out of an ESP HMAC (it appends them for
+            # AH only); RFC 4303 2.2.1 appends them for ESP too. The ICV is redone here.
+            esp_offset = (20 if self.outer == 4 else 40) + (8 if self.udp else 0)
+            icv_length = self.icv_length()
+            body = bytes(wire[esp_offset:len(wire) - icv_length])
+            wire[len(wire) - icv_length:] = self.hmac(body, sequence >> 32, key)
         return bytes(wire)
+
+    def hmac(self, esp_without_icv, high, key=None):
+        """The truncated HMAC of an ESP packet, the ESN high bits appended when on."""
+        _, auth_key = self.split_key(key)
+        data = esp_without_icv + (struct.pack("!I", high) if self.esn else b"")
+        digest = hmac.new(auth_key, data, INTEGRITY[self.integ][3]).digest()
+        return digest[:self.icv_length()]
 
 
 def run_tool(tool, command, args, packets):
@@ -283,20 +335,41 @@ class Runner:
         problems += self.check_trailer(cfg, wire[esp_offset:], inner, seq)
         return problems, pkt
 
+    def open_cbc(self, cfg, esp, seq):
+        """AES-CBC + HMAC by hand (hmac, python3-cryptography): (plaintext, problems)."""
+        icv_length = cfg.icv_length()
+        if len(esp) < 8 + 16 + 16 + icv_length or (len(esp) - 8 - 16 - icv_length) % 16:
+            return None, ["ESP length %d: ciphertext not a whole number of blocks" % len(esp)]
+        if not hmac.compare_digest(cfg.hmac(esp[:-icv_length], seq >> 32), esp[-icv_length:]):
+            return None, ["hand-computed HMAC differs from the ICV"]
+        iv = esp[8:24]
+        if iv[:8] == struct.pack("!Q", seq) or iv == bytes(16):
+            return None, ["IV %s is predictable" % iv.hex()]
+        cipher_key, _ = cfg.split_key()
+        decryptor = Cipher(algorithms.AES(cipher_key), modes.CBC(iv)).decryptor()
+        return decryptor.update(esp[24:-icv_length]) + decryptor.finalize(), []
+
     def check_trailer(self, cfg, esp, inner, seq):
         """Decrypts by hand with python3-cryptography and checks the ESP trailer."""
-        if len(esp) < 8 + 8 + 16 or (len(esp) - 8 - 8 - 16) % 4:
-            return ["ESP length %d not 4-byte aligned" % len(esp)]
-        spi, low = struct.unpack_from("!II", esp)
-        aad = struct.pack("!III", spi, seq >> 32, low) if cfg.esn else esp[:8]
-        nonce = cfg.key[-4:] + esp[8:16]
-        try:
-            plain = cfg.aead(cfg.key[:-4]).decrypt(nonce, esp[16:], aad)
-        except Exception as err:  # cryptography.exceptions.InvalidTag
-            return ["python-cryptography refuses the ICV: %r" % err]
+        if cfg.integ:
+            plain, problems = self.open_cbc(cfg, esp, seq)
+            if problems:
+                return problems
+            alignment = 16
+        else:
+            if len(esp) < 8 + 8 + 16 or (len(esp) - 8 - 8 - 16) % 4:
+                return ["ESP length %d not 4-byte aligned" % len(esp)]
+            spi, low = struct.unpack_from("!II", esp)
+            aad = struct.pack("!III", spi, seq >> 32, low) if cfg.esn else esp[:8]
+            nonce = cfg.key[-4:] + esp[8:16]
+            try:
+                plain = cfg.aead(cfg.key[:-4]).decrypt(nonce, esp[16:], aad)
+            except Exception as err:  # cryptography.exceptions.InvalidTag
+                return ["python-cryptography refuses the ICV: %r" % err]
+            alignment = 4
         pad_length, next_header = plain[-2], plain[-1]
         problems = []
-        want_pad = -(len(inner) + 2) % 4
+        want_pad = -(len(inner) + 2) % alignment
         if pad_length != want_pad:
             problems.append("pad length %d, want %d" % (pad_length, want_pad))
         padding = plain[len(plain) - 2 - pad_length:len(plain) - 2]
@@ -323,7 +396,9 @@ class Runner:
             else:
                 wire = results[i]
                 problems, pkt = self.check_wire(cfg, wire, data, seq)
-                if not problems:
+                if not problems and cfg.integ and cfg.esn:
+                    pass  # scapy's ESP HMAC leaves ESN out: check_trailer verified it by hand
+                elif not problems:
                     try:
                         out = cfg.scapy_sa(seq >> 32).decrypt(pkt)
                         if raw(out) != data:
@@ -363,7 +438,7 @@ class Runner:
     def negatives(self, rng):
         inner4 = inner_packets(4)[0][1]
         inner6 = inner_packets(6)[0][1]
-        for alg in ALGORITHMS:
+        for alg in [a for a in ALGORITHMS if a not in CBC_ALGORITHMS]:
             for outer, udp, esn in ((4, False, False), (6, True, True)):
                 start = 0x1_0000_0005 if esn else 7
                 prime = ["--highest", str(start - 1)]
@@ -405,11 +480,45 @@ class Runner:
                     pass
             self.report(case, problems)
 
+        self.cbc_negatives(rng, inner4)
+
         # The scapy NAT-T/IPv4 quirk, as built (UDP length 8): espgw must refuse it.
         cfg = Config("aes-gcm-128", 4, 4, False, True, "ipsec-mb", 1, rng)
         wire = cfg.scapy_encrypt(inner4, 1, fix_udp_length=False)
         self.expect_drop("quirk scapy NAT-T over IPv4 leaves UDP length 8 -> espgw refuses",
                          cfg, [wire], None)
+
+
+    def cbc_negatives(self, rng, inner4):
+        for alg, integ in (("aes-cbc-128", "hmac-sha1-96"), ("aes-cbc-256", "hmac-sha2-256-128"),
+                           ("aes-cbc-192", "hmac-sha2-512-256")):
+            for outer, udp, esn in ((4, False, False), (6, True, True)):
+                start = 0x1_0000_0005 if esn else 7
+                prime = ["--highest", str(start - 1)]
+                cfg = Config(alg, 4, outer, esn, udp, "ipsec-mb", start, rng, integ=integ)
+                cipher_key, auth_key = cfg.split_key()
+                for what, other in (("integrity", cipher_key + bytes(b ^ 0x5A for b in auth_key)),
+                                    ("encryption", bytes(b ^ 0x5A for b in cipher_key) + auth_key)):
+                    wire = cfg.scapy_encrypt(inner4, start, key=other)
+                    # A wrong encryption key with the right integrity key authenticates:
+                    # the padding check catches the garbage.
+                    want = "icv-failure" if what == "integrity" else None
+                    self.expect_drop("negative scapy->espgw wrong %s key %s -> %s"
+                                     % (what, cfg.label(), want or "a drop"), cfg, [wire], want,
+                                     prime)
+                wire = cfg.scapy_encrypt(inner4, start)
+                self.expect_drop("negative scapy->espgw same packet twice %s -> replayed"
+                                 % cfg.label(), cfg, [wire, wire], "replayed", prime,
+                                 expect_first_ok=inner4)
+            cfg = Config(alg, 4, 4, True, False, "openssl", 0x1_0000_0005, rng, integ=integ)
+            wire = cfg.scapy_encrypt(inner4, 0x2_0000_0005)
+            self.expect_drop("negative scapy->espgw ESN wrong epoch %s -> icv-failure"
+                             % cfg.label(), cfg, [wire], "icv-failure",
+                             ["--highest", str(0x1_0000_0004)])
+            cfg = Config(alg, 4, 6, True, False, "ipsec-mb", 9, rng, integ=integ)
+            wire = cfg.scapy_encrypt(inner4, 9, esn=False)
+            self.expect_drop("negative scapy->espgw ESN on one side only %s -> icv-failure"
+                             % cfg.label(), cfg, [wire], "icv-failure", ["--highest", "8"])
 
 
 def main():
@@ -422,7 +531,7 @@ def main():
     runner = Runner(options.tool)
     packets = {4: inner_packets(4), 6: inner_packets(6)}
     index = 0
-    for alg in ALGORITHMS:
+    for alg in [a for a in ALGORITHMS if a not in CBC_ALGORITHMS]:
         for inner in (4, 6):
             for outer in (4, 6):
                 for esn in (False, True):
@@ -436,6 +545,21 @@ def main():
                             runner.espgw_to_scapy(out, packets[inner])
                             into = Config(alg, inner, outer, esn, udp, backend, start, rng)
                             runner.scapy_to_espgw(into, packets[inner])
+    # AES-CBC: every cipher with every HMAC, ESN on and off, both backends; the inner and
+    # outer families and UDP encapsulation rotate through the pairings.
+    for alg in CBC_ALGORITHMS:
+        for integ in INTEGRITY:
+            for esn in (False, True):
+                for backend in BACKENDS:
+                    inner, outer, udp = ((4, 4, False), (6, 6, True), (4, 6, False),
+                                         (6, 4, True))[index % 4]
+                    starts = ESN_ON_STARTS if esn else ESN_OFF_STARTS
+                    start = starts[index % len(starts)]
+                    index += 1
+                    out = Config(alg, inner, outer, esn, udp, backend, start, rng, integ=integ)
+                    runner.espgw_to_scapy(out, packets[inner])
+                    into = Config(alg, inner, outer, esn, udp, backend, start, rng, integ=integ)
+                    runner.scapy_to_espgw(into, packets[inner])
     runner.negatives(rng)
 
     print("%d passed, %d failed" % (runner.passed, runner.failed))

@@ -243,3 +243,55 @@ TEST(StaticFile, AMissingFileIsOneError) {
 
 }  // namespace
 }  // namespace espgw::xfrm
+
+namespace espgw::xfrm {
+namespace {
+
+// AES-CBC with an HMAC: the integrity algorithm is a word of its own (our name or
+// strongSwan's), the key the encryption key followed by the integrity key.
+TEST(StaticFile, AesCbcWithHmacParsesAndRoundTrips) {
+  const std::string key256(64 * 2 + 32 * 2, 'a');  // 32-byte AES key + 64-byte SHA-512 key
+  const std::string text =
+      "sa out spi 0x3001 aes-cbc-256 hmac-sha2-512-256 key 0x" + key256 +
+      " src 192.0.2.1 dst 192.0.2.2 reqid 3\n"
+      "sa in spi 0x3002 sha1 aes-cbc-128 key 0x" +
+      std::string(72, 'b') +
+      " src 192.0.2.2 dst 192.0.2.1 reqid 3 esn\n"
+      "policy in local 10.1.0.0/16 remote 10.2.0.0/16 action protect reqid 3\n";
+  const StaticConfig c = parse_ok(text);
+  ASSERT_EQ(c.sas.size(), 2u);
+  EXPECT_EQ(c.sas[0].config.algorithm, crypto::EncryptionAlgorithm::aes_cbc_256);
+  EXPECT_EQ(c.sas[0].config.integrity, crypto::IntegrityAlgorithm::hmac_sha512_256);
+  EXPECT_EQ(c.sas[0].config.key_material, std::vector<uint8_t>(96, 0xaa));
+  EXPECT_EQ(c.sas[1].config.algorithm, crypto::EncryptionAlgorithm::aes_cbc_128);
+  EXPECT_EQ(c.sas[1].config.integrity, crypto::IntegrityAlgorithm::hmac_sha1_96);
+  const std::string written = to_text(c);
+  EXPECT_NE(written.find("aes-cbc-256 hmac-sha2-512-256 key"), std::string::npos) << written;
+  auto again = parse_static_file(written, "again");
+  ASSERT_TRUE(again.errors.empty()) << again.errors[0];
+  EXPECT_EQ(*again.config, c);
+}
+
+TEST(StaticFile, AesCbcErrorsNameTheTransform) {
+  const std::string head = "sa out spi 300 src 192.0.2.1 dst 192.0.2.2 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {head + "aes-cbc-128 key 0x" + std::string(32, '1'),
+       "t.conf:1: sa: aes-cbc-128 needs an integrity algorithm (hmac-sha1-96, "
+       "hmac-sha2-256-128, hmac-sha2-384-192 or hmac-sha2-512-256)"},
+      {head + "aes-gcm-128 hmac-sha1-96 key 0x" + std::string(40, '1'),
+       "t.conf:1: sa: aes-gcm-128 is an AEAD and takes no integrity algorithm"},
+      {head + "aes-cbc-192 sha256 key 0x" + std::string(40, '1'),
+       "t.conf:1: key: 20 bytes, but aes-cbc-192 hmac-sha2-256-128 needs 56 (24-byte encryption "
+       "key followed by the 32-byte hmac-sha2-256-128 key)"},
+      {head + "aes-cbc-128 sha1 sha256 key 0x" + std::string(72, '1'),
+       "t.conf:1: duplicate 'integrity algorithm'"},
+  };
+  for (const auto& [text, error] : cases) {
+    auto result = parse_static_file(text, "t.conf");
+    ASSERT_EQ(result.errors.size(), 1u) << text;
+    EXPECT_EQ(result.errors[0], error) << text;
+  }
+}
+
+}  // namespace
+}  // namespace espgw::xfrm

@@ -261,8 +261,8 @@ METHOD(kernel_ipsec_t, get_cpi, status_t, private_espgw_kernel_ipsec_t *this, ho
 	return NOT_SUPPORTED;
 }
 
-/* espgw's name of an AEAD from the IKE transform and the key length charon hands over
- * (cipher key plus the 4-byte salt). */
+/* espgw's name of the cipher from the IKE transform and the key length charon hands
+ * over: an AEAD's cipher key plus the 4-byte salt, or AES-CBC's key alone. */
 static const char *algorithm_name(uint16_t enc_alg, size_t key_len)
 {
 	switch (enc_alg)
@@ -271,6 +271,29 @@ static const char *algorithm_name(uint16_t enc_alg, size_t key_len)
 			return key_len == 20 ? "aes-gcm-128" : key_len == 36 ? "aes-gcm-256" : NULL;
 		case ENCR_CHACHA20_POLY1305:
 			return key_len == 36 ? "chacha20-poly1305" : NULL;
+		case ENCR_AES_CBC:
+			return key_len == 16   ? "aes-cbc-128"
+				   : key_len == 24 ? "aes-cbc-192"
+				   : key_len == 32 ? "aes-cbc-256"
+								   : NULL;
+		default:
+			return NULL;
+	}
+}
+
+/* espgw's name of the HMAC that goes with AES-CBC; NULL for any other. */
+static const char *integrity_name(uint16_t int_alg)
+{
+	switch (int_alg)
+	{
+		case AUTH_HMAC_SHA1_96:
+			return "hmac-sha1-96";
+		case AUTH_HMAC_SHA2_256_128:
+			return "hmac-sha2-256-128";
+		case AUTH_HMAC_SHA2_384_192:
+			return "hmac-sha2-384-192";
+		case AUTH_HMAC_SHA2_512_256:
+			return "hmac-sha2-512-256";
 		default:
 			return NULL;
 	}
@@ -297,6 +320,8 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	   kernel_ipsec_sa_id_t *id, kernel_ipsec_add_sa_t *data)
 {
 	const char *algorithm = algorithm_name(data->enc_alg, data->enc_key.len);
+	const char *integrity = integrity_name(data->int_alg);
+	bool aead = data->enc_alg != ENCR_AES_CBC;
 	evc_builder_t b;
 	chunk_t packet;
 	ike_sa_t *ike_sa;
@@ -304,11 +329,12 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	status_t status;
 
 	if (id->proto != IPPROTO_ESP || data->mode != MODE_TUNNEL ||
-		data->ipcomp != IPCOMP_NONE || data->int_alg != AUTH_UNDEFINED || !algorithm)
+		data->ipcomp != IPCOMP_NONE || !algorithm ||
+		(aead ? data->int_alg != AUTH_UNDEFINED : !integrity))
 	{
 		DBG1(DBG_KNL,
-			 "espgw: SA %.8x refused: espgw does ESP tunnel mode with AES-GCM-16 or "
-			 "ChaCha20-Poly1305 only (got %N, %N, %N)",
+			 "espgw: SA %.8x refused: espgw does ESP tunnel mode with AES-GCM-16, "
+			 "ChaCha20-Poly1305 or AES-CBC with HMAC-SHA1-96/SHA2 only (got %N, %N, %N)",
 			 ntohl(id->spi), ipsec_mode_names, data->mode, encryption_algorithm_names,
 			 data->enc_alg, integrity_algorithm_names, data->int_alg);
 		return NOT_SUPPORTED;
@@ -327,6 +353,11 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_bool(&b, "inbound", data->inbound);
 	evc_add_str(&b, "algorithm", algorithm);
 	evc_add_kv(&b, "key", data->enc_key);
+	if (!aead)
+	{
+		evc_add_str(&b, "integrity", integrity);
+		evc_add_kv(&b, "integrity-key", data->int_key);
+	}
 	evc_add_bool(&b, "esn", data->esn);
 	evc_add_u64(&b, "replay-window", data->replay_window);
 	evc_add_bool(&b, "encap", data->encap);
