@@ -152,8 +152,10 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
     if (!integrity && reader.ok()) reader.fail("unsupported integrity algorithm '" + name + "'");
   }
   if (parsed && integrity && !crypto::valid_transform(*parsed, *integrity) && reader.ok())
-    reader.fail(crypto::is_aead(*parsed) ? algorithm + " is an AEAD: no 'integrity' with it"
-                                         : algorithm + " needs an 'integrity' algorithm");
+    reader.fail(crypto::is_aead(*parsed)
+                    ? algorithm + " is an AEAD: no 'integrity' with it"
+                    : "unsupported algorithm '" + algorithm +
+                          "' without an 'integrity' algorithm (ESP without integrity)");
   if (integrity) config.integrity = *integrity;
   const bool with_integrity = integrity && *integrity != crypto::IntegrityAlgorithm::none;
   const std::string* key = request.value("key");

@@ -97,7 +97,8 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
   InnerSummary inner{};
   DropReason reason = summarize_inner(packet, inner);
   if (reason == DropReason::none &&
-      (packet.headroom() < encap_headroom(config, outer) || packet.tailroom() < encap_tailroom()))
+      (packet.headroom() < encap_headroom(config, outer) ||
+       packet.tailroom() < layout.alignment - 1 + kEspTrailerLength + layout.icv_length))
     reason = DropReason::no_buffer_space;
 
   const size_t inner_length = packet.size();

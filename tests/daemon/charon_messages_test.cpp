@@ -335,7 +335,7 @@ TEST(CharonMessages, AesCbcRefusalsNameTheProblemButNeverTheKey) {
   };
   const std::string sha1_key(20, 'k');
   const Case cases[] = {
-      {"aes-cbc-128", nullptr, 16, nullptr, "needs an 'integrity'"},
+      {"aes-cbc-128", nullptr, 16, nullptr, "without an 'integrity' algorithm"},
       {"aes-cbc-128", "hmac-md5-96", 16, &sha1_key, "unsupported integrity algorithm"},
       {"aes-cbc-128", "hmac-sha1-96", 16, nullptr, "missing 'integrity-key'"},
       {"aes-cbc-128", "hmac-sha1-96", 16, &secret, "needs 16 and 20"},

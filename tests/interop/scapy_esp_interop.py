@@ -15,6 +15,11 @@ References:
     (1, 2, 3, ..., minimal for 4-byte alignment), the pad length and the next header are
     verified, since scapy's decrypt() ignores the padding bytes.
 
+AES-CBC with HMAC-SHA1-96 / HMAC-SHA2-256-128 / -384-192 / -512-256: scapy's AES-CBC and
+its HMACs, and on every espgw packet a check by hand (python3-cryptography's AES-CBC,
+Python's hmac): the ICV over SPI, sequence number, IV and ciphertext (and the ESN high
+bits), an IV that is not the sequence number, padding to the 16-byte block.
+
 Matrix (every combination, both directions, both espgw crypto backends):
   algorithm   aes-gcm-128, aes-gcm-256, chacha20-poly1305
   inner       IPv4, IPv6
@@ -24,7 +29,8 @@ Matrix (every combination, both directions, both espgw crypto backends):
   UDP         raw ESP / RFC 3948 UDP encapsulation (4500:4500)
   packets     ICMP echo (84 bytes over IPv4), UDP with 0..3 payload bytes (every padding
               length 0..3), a 1400-byte TCP segment with DSCP EF and DF set.
-A case is one packet in one direction.
+A case is one packet in one direction. AES-CBC: aes-cbc-128/192/256 with each of the four
+HMACs, ESN on and off, both backends; inner and outer family and UDP rotate.
 
 scapy -> espgw: scapy encrypts, espgw_esp_tool decap must return exactly the inner packet.
 espgw -> scapy: espgw_esp_tool encap; the wire bytes must parse as IP(/UDP)/ESP with the
@@ -48,6 +54,9 @@ scapy 2.5.0 quirks worked around here:
   * With NAT-T over IPv6 scapy forces the UDP checksum to 0, which is illegal over IPv6.
     espgw's parse_wire leaves UDP checksums to the kernel, so the packet is passed as is.
   * decrypt() does not check padding and does not strip TFC padding (espgw sends none).
+  * The ESP HMAC leaves the ESN high bits out (scapy appends them for AH only; RFC 4303
+    2.2.1 appends them for ESP too): with ESN the ICV of scapy's packet is redone by hand,
+    and espgw's packets are checked by hand only.
 
 Prints one line per case and a final line "N passed, M failed"; exits 1 on any failure.
 """
