@@ -19,9 +19,13 @@ namespace {
 
 class ThreadManager {
  public:
-  ThreadManager() : manager_(alloc_mb_mgr(0)) {
+  // `sse`: the SSE code path (init_mb_mgr_sse) instead of the best one for the CPU.
+  explicit ThreadManager(bool sse = false) : manager_(alloc_mb_mgr(0)) {
     if (manager_ == nullptr) throw std::bad_alloc();
-    init_mb_mgr_auto(manager_, nullptr);
+    if (sse)
+      init_mb_mgr_sse(manager_);
+    else
+      init_mb_mgr_auto(manager_, nullptr);
     if (imb_get_errno(manager_) != 0) {
       free_mb_mgr(manager_);
       throw std::runtime_error("ipsec-mb: manager initialisation failed");
@@ -44,6 +48,17 @@ IMB_MGR* thread_manager() {
 
 IMB_MGR* ipsec_mb_thread_manager() {
   thread_local ThreadManager manager;
+  return manager.get();
+}
+
+IMB_MGR* ipsec_mb_thread_hmac_manager() {
+  // Whether the CPU has SHA-NI, as ipsec-mb's SSE manager detects it (once per process).
+  static const bool sha_ni = [] {
+    ThreadManager probe(true);
+    return (probe.get()->features & IMB_FEATURE_SHANI) != 0;
+  }();
+  if (!sha_ni) return ipsec_mb_thread_manager();
+  thread_local ThreadManager manager(true);
   return manager.get();
 }
 

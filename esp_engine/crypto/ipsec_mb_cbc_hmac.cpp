@@ -3,7 +3,8 @@
 // opened by two, hash then cipher, so that nothing is decrypted before the ICV has been
 // compared (in constant time, here, not inside ipsec-mb). Each call submits its job and
 // flushes the thread's manager until it comes back: the manager never holds a job of
-// another call, and the key object stays free of per-thread state.
+// another call, and the key object stays free of per-thread state. Which manager: see
+// ipsec_mb_thread_hmac_manager().
 #include <string.h>
 #include <sys/random.h>
 
@@ -76,7 +77,7 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
       : CbcHmacKey(integrity_icv_length(integrity)),
         hash_(hash_shape(integrity).algorithm),
         key_length_(static_cast<IMB_KEY_SIZE_BYTES>(encryption_key.size())) {
-    IMB_MGR* m = ipsec_mb_thread_manager();
+    IMB_MGR* m = ipsec_mb_thread_hmac_manager();
     switch (cipher) {
       case EncryptionAlgorithm::aes_cbc_128:
         IMB_AES_KEYEXP_128(m, encryption_key.data(), encrypt_keys_, decrypt_keys_);
@@ -123,11 +124,11 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
     alignas(16) uint8_t counter[16] = {};
     memcpy(counter, &sequence, sizeof sequence);
     alignas(16) static constexpr uint8_t kZero[16] = {};
-    IMB_AES128_CFB_ONE(ipsec_mb_thread_manager(), iv, kZero, counter, iv_keys_, 16);
+    IMB_AES128_CFB_ONE(ipsec_mb_thread_hmac_manager(), iv, kZero, counter, iv_keys_, 16);
   }
 
   void compute_icv(const uint8_t* data, size_t length, uint8_t* icv) const override {
-    IMB_MGR* m = ipsec_mb_thread_manager();
+    IMB_MGR* m = ipsec_mb_thread_hmac_manager();
     uint8_t tag[kMaxIcvLength];
     IMB_JOB* job = IMB_GET_NEXT_JOB(m);
     fill_hash(job, data, length, tag);
@@ -151,7 +152,7 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
       memcpy(icv, esn_high, kEsnHighLength);  // RFC 4303 2.2.1: appended for the ICV only
       authenticated += kEsnHighLength;
     }
-    IMB_MGR* m = ipsec_mb_thread_manager();
+    IMB_MGR* m = ipsec_mb_thread_hmac_manager();
     uint8_t tag[kMaxIcvLength];
     IMB_JOB* job = IMB_GET_NEXT_JOB(m);
     fill_hash(job, esp, authenticated, tag);
@@ -176,7 +177,7 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
     compute_icv(esp, authenticated, computed);
     if (!equal_constant_time(computed, received, icv_length())) return false;
 
-    IMB_MGR* m = ipsec_mb_thread_manager();
+    IMB_MGR* m = ipsec_mb_thread_hmac_manager();
     IMB_JOB* job = IMB_GET_NEXT_JOB(m);
     fill_cipher(job, esp, length, IMB_DIR_DECRYPT);
     job->hash_alg = IMB_AUTH_NULL;
