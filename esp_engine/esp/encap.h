@@ -38,8 +38,8 @@ struct PreparedEncap {
 // bounding packets in flight per SA without a lock of its own.
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
                          PreparedEncap& prepared, uint64_t sequence_limit = ~uint64_t{0});
-// Encrypts the payload (writing AES-CBC's IV first), writes the ICV and finishes the outer UDP checksum over IPv6.
-// Safe to call concurrently for different packets of one SA.
+// Encrypts the payload (writing AES-CBC's IV first), writes the ICV and finishes the outer UDP
+// checksum over IPv6. Safe to call concurrently for different packets of one SA.
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
 
 // Bytes of headroom encapsulation needs for the SA, and of tailroom for any SA.
