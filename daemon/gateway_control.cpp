@@ -221,6 +221,9 @@ GatewayStatus Gateway::status(bool entries) const {
       std::sort(g.member_spis.begin(), g.member_spis.end());
       status.groups.push_back(std::move(g));
     }
+    // The group map is sharded by a hash of the reqid: list the groups by reqid.
+    std::sort(status.groups.begin(), status.groups.end(),
+              [](const GroupStatus& a, const GroupStatus& b) { return a.reqid < b.reqid; });
     status.policies = lookup->spd->list();
   }
   for (const auto& counter : kGatewayCounters) {

@@ -4,21 +4,20 @@
 #pragma once
 
 #include <atomic>
-#include <cstdint>
-#include <map>
 #include <memory>
 
-#include "pipeline/sa_group.h"
+#include "daemon/sa_groups_by_reqid.h"
 #include "xfrm/spd.h"
 
 namespace espgw::daemon {
 
-// The SPD changes in place (it has its own lock) and every snapshot shares it; the group
-// map is copied when a group appears or goes (SaTable), and the whole snapshot is swapped,
-// so a reader never sees a map being changed.
+// The SPD changes in place (it has its own lock) and every snapshot shares it; when a
+// group appears or goes, SaTable makes a new snapshot whose group map shares every shard
+// but the one that changed, and swaps the whole snapshot, so a reader never sees a map
+// being changed. A group's members change inside the group (pipeline::SaGroup).
 struct OutboundLookup {
   std::shared_ptr<xfrm::Spd> spd = std::make_shared<xfrm::Spd>();
-  std::map<uint32_t, std::shared_ptr<pipeline::SaGroup>> groups;  // by reqid
+  SaGroupsByReqid groups;
 };
 
 using PublishedOutboundLookup = std::atomic<std::shared_ptr<const OutboundLookup>>;

@@ -100,6 +100,7 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   // The newest SA of a slot carries its flows, as the kernel sends on the newest SA
   // while a rekey has the old and the new one installed.
   group(entry.reqid)->set_member(group_slot(entry), fresh->channel);
+  outbound_slots_.add(entry.reqid, group_slot(entry), fresh.get());
   outbound_.emplace(key, std::move(fresh));
   return true;
 }
@@ -129,17 +130,11 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
   // new SA's first packets must not overtake. All of them, oldest first: after a rekey
   // collision both sides' new SAs are installed, and the newest earlier SA may be the
   // redundant one, which carries nothing while the old one still has packets in flight.
-  // (A scan of integers, per install of a charon SA; static SAs have no slot.)
-  std::vector<const InboundEntry*> earlier;
-  if (entry.group_slot != 0)
-    for (const auto& [other_key, other] : inbound_)
-      if (other->entry.reqid == entry.reqid && other->entry.group_slot == entry.group_slot)
-        earlier.push_back(other.get());
-  std::stable_sort(earlier.begin(), earlier.end(), [](const auto* a, const auto* b) {
-    return a->lifetime.added_at < b->lifetime.added_at;
-  });
+  // (Static SAs have no slot.)
   std::vector<std::shared_ptr<pipeline::InboundChannel>> predecessors;
-  for (const InboundEntry* other : earlier) predecessors.push_back(other->channel);
+  if (entry.group_slot != 0)
+    for (const InboundEntry* other : inbound_slots_.oldest_first(entry.reqid, entry.group_slot))
+      predecessors.push_back(other->channel);
   fresh->channel = pipeline_.add_inbound(fresh->sa, inbound_sink_, predecessors);
   if (!fresh->channel) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
@@ -150,6 +145,7 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
   log(LogLevel::info, "SA in spi 0x%08x %s from %s installed", entry.config.spi,
       std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
       entry.config.tunnel_source.to_string().c_str());
+  if (entry.group_slot != 0) inbound_slots_.add(entry.reqid, entry.group_slot, fresh.get());
   inbound_.emplace(key, std::move(fresh));
   return true;
 }
@@ -179,19 +175,16 @@ void SaTable::retire_outbound(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry
       format_counters(nonzero_drops(old.sa->counters().drop_counters()), " none").c_str());
   const uint32_t reqid = old.entry.reqid;
   const uint64_t slot = group_slot(old.entry);
+  outbound_slots_.remove(reqid, slot, &old);
   const auto lookup = lookup_.load();
   if (auto found = lookup->groups.find(reqid); found != lookup->groups.end())
     if (found->second->remove_member(slot, old.channel.get())) {
       // It carried the slot: the newest other SA of the slot (a rekey's predecessor not
-      // yet deleted) takes over, unless it is past its hard lifetime. A scan, but of
-      // integers only, and only when a slot's carrier goes.
-      const OutboundEntry* successor = nullptr;
-      for (const auto& [key, other] : outbound_)
-        if (other.get() != &old && other->entry.reqid == reqid &&
-            group_slot(other->entry) == slot &&
-            other->lifetime.reported != xfrm::LifetimeState::hard &&
-            (!successor || other->lifetime.added_at >= successor->lifetime.added_at))
-          successor = other.get();
+      // yet deleted) takes over, unless it is past its hard lifetime.
+      const OutboundEntry* successor =
+          outbound_slots_.newest(reqid, slot, [](const OutboundEntry& other) {
+            return other.lifetime.reported != xfrm::LifetimeState::hard;
+          });
       if (successor) found->second->set_member(slot, successor->channel);
     }
   mtu_.remove_outbound(old.mtu_candidate);
@@ -202,6 +195,7 @@ void SaTable::retire_outbound(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry
 void SaTable::retire_inbound(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it,
                              bool forget_key) {
   const InboundEntry& old = *it->second;
+  if (old.entry.group_slot != 0) inbound_slots_.remove(old.entry.reqid, old.entry.group_slot, &old);
   sa_state_.retire(old.state_key, forget_key);
   pipeline_.remove_inbound(old.entry.config.spi);
   mtu_.remove_inbound(old.lan_mtu_candidate);
@@ -231,11 +225,11 @@ std::shared_ptr<pipeline::SaGroup> SaTable::group(uint32_t reqid) {
   const auto current = lookup_.load();
   if (auto found = current->groups.find(reqid); found != current->groups.end())
     return found->second;
-  auto next = std::make_shared<OutboundLookup>(*current);  // shares the SPD
   // The members share one SA's in-flight bound: an ECMP group queues no more than one SA.
   auto created = std::make_shared<pipeline::SaGroup>(pipeline_.config().max_in_flight_per_sa);
-  next->groups.emplace(reqid, created);
-  lookup_.store(std::move(next));
+  // Shares the SPD and every shard of the group map but reqid's.
+  lookup_.store(std::make_shared<const OutboundLookup>(
+      OutboundLookup{current->spd, current->groups.with(reqid, created)}));
   return created;
 }
 
@@ -243,9 +237,8 @@ void SaTable::drop_group_if_empty(uint32_t reqid) {
   const auto current = lookup_.load();
   auto found = current->groups.find(reqid);
   if (found == current->groups.end() || found->second->size() != 0) return;
-  auto next = std::make_shared<OutboundLookup>(*current);
-  next->groups.erase(reqid);
-  lookup_.store(std::move(next));
+  lookup_.store(std::make_shared<const OutboundLookup>(
+      OutboundLookup{current->spd, current->groups.without(reqid)}));
 }
 
 }  // namespace espgw::daemon

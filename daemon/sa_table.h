@@ -20,6 +20,7 @@
 
 #include "daemon/mtu_tracker.h"
 #include "daemon/outbound_lookup.h"
+#include "daemon/sa_slot_index.h"
 #include "daemon/sa_state_keeper.h"
 #include "esp/security_association.h"
 #include "pipeline/channels.h"
@@ -125,7 +126,8 @@ class SaTable {
                        bool forget_key);
   void retire_inbound(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>::iterator it,
                       bool forget_key);
-  // The group of `reqid`, created (a new snapshot) when missing.
+  // The group of `reqid`, created (a new snapshot, sharing all but one shard of the
+  // group map) when missing.
   std::shared_ptr<pipeline::SaGroup> group(uint32_t reqid);
   void drop_group_if_empty(uint32_t reqid);
 
@@ -139,6 +141,10 @@ class SaTable {
   InboundSocketOpener open_inbound_socket_;
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
   std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
+  // The same SAs by (reqid, slot), changed with the maps above: every outbound SA under
+  // group_slot(), and the inbound SAs that have a slot (charon's) under theirs.
+  SaSlotIndex<OutboundEntry> outbound_slots_;
+  SaSlotIndex<InboundEntry> inbound_slots_;
 };
 
 }  // namespace espgw::daemon

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "crypto/aead.h"
@@ -234,6 +237,146 @@ TEST_F(SaTableTest, CountsEverySaInTheMtuTracker) {
   ASSERT_TRUE(table_.remove({0x1001, ip("192.0.2.2")}));
   mtu_.update(9000);
   EXPECT_EQ(mtu_.tunnel_mtu(), 1400u) << "no outbound SA left";
+}
+
+// A key of its own for every install (so that a replacement is a new key, and no two SAs
+// share a counter record).
+xfrm::SadEntry unique_key(xfrm::SadEntry entry, uint32_t install) {
+  for (size_t i = 0; i < 4; ++i) {
+    entry.config.key_material[i] = static_cast<uint8_t>(entry.config.spi >> (8 * i));
+    entry.config.key_material[4 + i] = static_cast<uint8_t>(install >> (8 * i));
+  }
+  return entry;
+}
+
+// Random installs, replacements and removals over many reqids (spread over the group
+// map's shards) and slots, against a model of what the table promises: installing an SA
+// makes it its slot's carrier; removing the carrier hands the slot to the newest other SA
+// of the slot (install time, then SA id); a group is in the snapshot while its reqid has
+// an outbound SA. Inbound SAs with slots come and go alongside (each install looks up its
+// slot's predecessors).
+TEST_F(SaTableTest, GroupsFollowAModelOverRandomInstallsAndRemovals) {
+  std::mt19937 random(4242);
+  struct Model {
+    std::vector<uint32_t> spis;  // the slot's SAs
+    uint32_t carrier = 0;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, Model> slots;       // (reqid, slot)
+  std::map<uint32_t, std::pair<uint32_t, uint64_t>> slot_of;  // outbound SPI -> its slot
+  std::vector<uint32_t> inbound_spis;
+  uint32_t installs = 0;
+  const auto outbound_id = [](uint32_t spi) { return xfrm::SaId{spi, ip("192.0.2.2")}; };
+  const auto newer = [&](uint32_t a, uint32_t b) {  // whether a is newer than b
+    const auto& at = table_.find_outbound(outbound_id(a))->lifetime.added_at;
+    const auto& bt = table_.find_outbound(outbound_id(b))->lifetime.added_at;
+    return at != bt ? at > bt : outbound_id(a) > outbound_id(b);
+  };
+  const auto forget = [&](uint32_t spi) {  // the model of removing an outbound SA
+    const auto where = slot_of.at(spi);
+    Model& model = slots[where];
+    std::erase(model.spis, spi);
+    slot_of.erase(spi);
+    if (model.carrier != spi) return;
+    model.carrier = 0;
+    for (const uint32_t other : model.spis)
+      if (model.carrier == 0 || newer(other, model.carrier)) model.carrier = other;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const unsigned action = random() % 10;
+    if (action < 5) {  // an outbound SA, new or replacing one (another key) under its id
+      const uint32_t spi = 0x1000 + random() % 300;
+      const uint32_t reqid = 1 + random() % 60;
+      const uint64_t slot = random() % 6 == 0 ? 0 : 1 + random() % 3;
+      const auto entry = unique_key(sa(spi, xfrm::Direction::out, reqid, slot), installs++);
+      if (slot_of.count(spi)) forget(spi);  // the table retires the SA it replaces first
+      ASSERT_TRUE(table_.install(entry, InstallOrigin::charon_new));
+      const auto where = std::make_pair(reqid, group_slot(entry));
+      slots[where].spis.push_back(spi);
+      slots[where].carrier = spi;
+      slot_of[spi] = where;
+    } else if (action < 8) {  // an outbound SA goes
+      if (slot_of.empty()) continue;
+      const uint32_t spi =
+          std::next(slot_of.begin(), static_cast<long>(random() % slot_of.size()))->first;
+      // The model reads install times, so it goes first.
+      forget(spi);
+      ASSERT_TRUE(table_.remove(outbound_id(spi)));
+    } else if (action < 9 || inbound_spis.empty()) {  // an inbound SA of a slot
+      const uint32_t spi = 0x8000 + static_cast<uint32_t>(step);
+      ASSERT_TRUE(table_.install(
+          unique_key(sa(spi, xfrm::Direction::in, 1 + random() % 60, 1 + random() % 3), installs++),
+          InstallOrigin::charon_new));
+      inbound_spis.push_back(spi);
+    } else {
+      const size_t which = random() % inbound_spis.size();
+      ASSERT_TRUE(table_.remove({inbound_spis[which], ip("192.0.2.1")}));
+      inbound_spis.erase(inbound_spis.begin() + static_cast<long>(which));
+    }
+    if (step % 10 != 0) continue;
+    std::map<uint32_t, std::vector<uint32_t>> expected;  // reqid -> carriers
+    for (const auto& [where, model] : slots)
+      if (model.carrier != 0) expected[where.first].push_back(model.carrier);
+    const auto lookup = lookup_.load();
+    ASSERT_EQ(lookup->groups.size(), expected.size()) << "step " << step;
+    for (uint32_t reqid = 1; reqid <= 60; ++reqid) {
+      auto carriers = expected[reqid];
+      std::sort(carriers.begin(), carriers.end());
+      ASSERT_EQ(members(reqid), carriers) << "reqid " << reqid << ", step " << step;
+      ASSERT_EQ(lookup->groups.find(reqid) != lookup->groups.end(), !carriers.empty());
+    }
+    ASSERT_EQ(table_.outbound().size(), slot_of.size());
+    ASSERT_EQ(table_.inbound().size(), inbound_spis.size());
+  }
+}
+
+// TUN readers load the snapshot and pick SAs from groups while the control thread adds
+// and removes CHILD_SAs, making and publishing new snapshots that share shards with the
+// ones readers still hold (run under TSan with the threaded tests).
+TEST_F(SaTableTest, ConcurrentReadersPickFromGroupsWhileChildSasComeAndGo) {
+  constexpr uint32_t kReqids = 300;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> picks{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r)
+    readers.emplace_back([&, r] {
+      packet::FlowKey flow;
+      flow.source = ip("10.1.0.1");
+      flow.destination = ip("10.2.0.1");
+      flow.protocol = 17;
+      flow.ports_known = true;
+      uint32_t reqid = 1 + static_cast<uint32_t>(r);
+      while (!done.load(std::memory_order_acquire)) {
+        const auto lookup = lookup_.load(std::memory_order_acquire);
+        reqid = reqid % kReqids + 1;
+        flow.source_port = static_cast<uint16_t>(reqid);
+        if (const auto group = lookup->groups.find(reqid); group != lookup->groups.end())
+          if (auto* channel = group->second->pick_for_packet(flow, 1))
+            if (channel->sa().config().spi != 0) picks.fetch_add(1, std::memory_order_relaxed);
+        size_t groups = 0;
+        for (const auto& entry : lookup->groups) groups += entry.second != nullptr;
+        EXPECT_EQ(groups, lookup->groups.size());
+      }
+    });
+  std::mt19937 random(7);
+  std::vector<uint32_t> installed;
+  for (uint32_t step = 0; step < 3000; ++step) {
+    if (installed.size() < kReqids && (installed.empty() || random() % 3 != 0)) {
+      const uint32_t spi = 0x10000 + step;
+      ASSERT_TRUE(table_.install(
+          unique_key(sa(spi, xfrm::Direction::out, 1 + random() % kReqids, 1 + random() % 2), step),
+          InstallOrigin::charon_new));
+      installed.push_back(spi);
+    } else {
+      const size_t which = random() % installed.size();
+      ASSERT_TRUE(table_.remove({installed[which], ip("192.0.2.2")}));
+      installed.erase(installed.begin() + static_cast<long>(which));
+    }
+  }
+  for (const uint32_t spi : installed) ASSERT_TRUE(table_.remove({spi, ip("192.0.2.2")}));
+  done.store(true, std::memory_order_release);
+  for (auto& reader : readers) reader.join();
+  EXPECT_TRUE(lookup_.load()->groups.empty());
+  EXPECT_GT(picks.load(), 0u) << "the readers found groups with members";
 }
 
 }  // namespace
