@@ -10,15 +10,16 @@
 //   espgw_control_install_bench SOCKET CHILD_SAS [ESPGW_PID]
 //
 // Prints one JSON object. With ESPGW_PID, also espgw's resident memory before, with all
-// SAs installed, and after they were removed. With CONTROL_BENCH_HOOK set, runs that
-// command with the argument "before", "installed" or "removed" at each of those points
-// (say, to read espgw's heap statistics), outside the timed phases.
+// SAs installed, right after they were removed, and 2.5 s later (idle). With CONTROL_BENCH_HOOK
+// set, runs that command with the argument "before", "installed" or "removed" at each of those
+// points (say, to read espgw's heap statistics), outside the timed phases.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/charon_requests.h"
@@ -154,6 +155,9 @@ int main(int argc, char** argv) {
     const uint64_t left = checked(client, "stats", {}).number("sas").value_or(~uint64_t{0});
     const long rss_after = rss_kib(pid);
     run_hook("removed");
+    // espgw returns freed heap once removals have stopped for a second (HeapTrimmer).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const long rss_idle = rss_kib(pid);
 
     const double total = 2.0 * children;
     std::printf(
@@ -161,11 +165,11 @@ int main(int argc, char** argv) {
         "%llu, \"requests_per_child_sa\": 6, \"install_seconds\": %.3f, "
         "\"install_rate_sas_per_second\": %.1f, \"remove_seconds\": %.3f, "
         "\"remove_rate_sas_per_second\": %.1f, \"rss_kib_before\": %ld, \"rss_kib_installed\": "
-        "%ld, \"rss_kib_after_removal\": %ld, \"bytes_per_sa\": %.1f, \"listed_sas\": %llu, "
-        "\"list_seconds\": %.3f}\n",
+        "%ld, \"rss_kib_after_removal\": %ld, \"rss_kib_idle_after_removal\": %ld, "
+        "\"bytes_per_sa\": %.1f, \"listed_sas\": %llu, \"list_seconds\": %.3f}\n",
         children, static_cast<unsigned long long>(sas), static_cast<unsigned long long>(left),
         install_seconds, total / install_seconds, remove_seconds, total / remove_seconds,
-        rss_before, rss_installed, rss_after,
+        rss_before, rss_installed, rss_after, rss_idle,
         rss_before >= 0 ? (rss_installed - rss_before) * 1024.0 / total : -1.0,
         static_cast<unsigned long long>(listed), list_seconds);
     return sas == total && listed == sas && left == 0 ? 0 : 1;

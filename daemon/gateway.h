@@ -74,11 +74,13 @@ class Gateway {
   // one nft transaction, not one each. False (and logged; the whole table is written again
   // on the next call) when nft refused it.
   bool sync_kernel_firewall();
+  // How many SAs were removed or replaced since the start (no lock: for the heap trimmer).
+  uint64_t sas_retired() const { return sas_->retired_count(); }
 
   // --- The control path (charon through the control socket; docs/strongswan.md). ---
   // charon's SAs and policies, one change at a time. A change touches only what it names:
-  // O(log n) map updates, plus a copy of the reqid -> group map when a group appears or
-  // goes, so installing n SAs costs about O(n log n) rather than O(n^2). The static
+  // O(log n) map updates, plus a copy of one shard of the reqid -> group map (n/256
+  // groups) when a group appears or goes, so installing n SAs costs about O(n log n). The static
   // file's SAs and policies are not affected. Thread-safe, like everything below.
   //
   // Installs an SA, or replaces charon's SA with its (SPI, destination) when the entry

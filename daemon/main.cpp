@@ -18,6 +18,7 @@
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/gateway.h"
+#include "daemon/heap_trimmer.h"
 #include "daemon/log.h"
 #include "xfrm/fail_closed_routes.h"
 #include "xfrm/kernel_firewall.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
     }
     const auto interval = parsed.config->stats_interval;
     auto next_stats = std::chrono::steady_clock::now() + interval;
+    // After charon removed many SAs, what glibc kept of their memory goes back.
+    HeapTrimmer heap_trimmer({});
     for (;;) {
       // Lifetimes are checked on every wake-up: at most 100 ms of traffic passes an SA's
       // hard limit before it goes out of service.
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
       if (signal == SIGUSR1) gateway.log_counters();
       gateway.enforce_lifetimes();
       gateway.sync_kernel_firewall();  // the policies' nft rules, when they changed
+      heap_trimmer.poll(gateway.sas_retired(), std::chrono::steady_clock::now());
       if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
         gateway.log_counters();
         next_stats += interval;

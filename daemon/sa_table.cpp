@@ -189,6 +189,7 @@ void SaTable::retire_outbound(std::map<xfrm::SaId, std::unique_ptr<OutboundEntry
     }
   mtu_.remove_outbound(old.mtu_candidate);
   outbound_.erase(it);
+  retired_.fetch_add(1, std::memory_order_relaxed);
   drop_group_if_empty(reqid);
 }
 
@@ -212,6 +213,7 @@ void SaTable::retire_inbound(std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>
       static_cast<unsigned long long>(reorder.hold_timeouts),
       format_counters(nonzero_drops(old.sa->counters().drop_counters()), " none").c_str());
   inbound_.erase(it);
+  retired_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void SaTable::recount_mtus() {

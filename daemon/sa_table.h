@@ -11,6 +11,7 @@
 // WAN readers find inbound SAs by SPI in the pipeline.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -103,6 +104,8 @@ class SaTable {
   const std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>& inbound() const { return inbound_; }
   // Counts every SA again in the MtuTracker (after MtuTracker::forget_routes_and_sas).
   void recount_mtus();
+  // How many SAs have been removed or replaced so far (only grows; any thread may read it).
+  uint64_t retired_count() const { return retired_.load(std::memory_order_relaxed); }
 
   // One of charon's SAs that reached a lifetime, for the gateway to tell charon.
   struct Expiry {
@@ -145,6 +148,7 @@ class SaTable {
   // group_slot(), and the inbound SAs that have a slot (charon's) under theirs.
   SaSlotIndex<OutboundEntry> outbound_slots_;
   SaSlotIndex<InboundEntry> inbound_slots_;
+  std::atomic<uint64_t> retired_{0};
 };
 
 }  // namespace espgw::daemon
