@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "daemon/sa_groups_by_reqid.h"
 #include "xfrm/spd.h"
@@ -20,6 +21,52 @@ struct OutboundLookup {
   SaGroupsByReqid groups;
 };
 
-using PublishedOutboundLookup = std::atomic<std::shared_ptr<const OutboundLookup>>;
+#if defined(__SANITIZE_THREAD__)
+#define ESPGW_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ESPGW_THREAD_SANITIZER 1
+#endif
+#endif
+
+// The snapshot readers load. std::atomic<std::shared_ptr> in libstdc++ 12 reads the
+// pointer under an internal spin lock that a load releases with relaxed order, so nothing
+// orders a reader's read of the pointer before the next store's write in the C++ model,
+// and ThreadSanitizer reports it as a race (on x86 a load is never reordered after a
+// later store, so the read completes first). Under ThreadSanitizer a mutex takes its
+// place, so that the threaded tests check what the snapshots hold.
+class PublishedOutboundLookup {
+ public:
+  explicit PublishedOutboundLookup(std::shared_ptr<const OutboundLookup> initial)
+      : current_(std::move(initial)) {}
+  PublishedOutboundLookup(const PublishedOutboundLookup&) = delete;
+  PublishedOutboundLookup& operator=(const PublishedOutboundLookup&) = delete;
+
+#ifdef ESPGW_THREAD_SANITIZER
+  std::shared_ptr<const OutboundLookup> load(std::memory_order = std::memory_order_seq_cst) const {
+    std::lock_guard guard(mutex_);
+    return current_;
+  }
+  void store(std::shared_ptr<const OutboundLookup> next) {
+    std::lock_guard guard(mutex_);
+    current_.swap(next);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const OutboundLookup> current_;
+#else
+  std::shared_ptr<const OutboundLookup> load(
+      std::memory_order order = std::memory_order_seq_cst) const {
+    return current_.load(order);
+  }
+  void store(std::shared_ptr<const OutboundLookup> next) {
+    current_.store(std::move(next));
+  }
+
+ private:
+  std::atomic<std::shared_ptr<const OutboundLookup> > current_;
+#endif
+};
 
 }  // namespace espgw::daemon
