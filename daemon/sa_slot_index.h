@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -21,25 +22,28 @@ class SaSlotIndex {
   // `entry` must not be in the index yet, and stay where it is until removed.
   void add(uint32_t reqid, uint64_t slot, const Entry* entry) {
     Members& members = slots_[{reqid, slot}];
-    if (!members.first)
+    if (!members.first) {
       members.first = entry;
-    else
-      members.more.push_back(entry);
+      return;
+    }
+    if (!members.more) members.more = std::make_unique<std::vector<const Entry*>>();
+    members.more->push_back(entry);
   }
   void remove(uint32_t reqid, uint64_t slot, const Entry* entry) {
     const auto found = slots_.find({reqid, slot});
     if (found == slots_.end()) return;
     Members& members = found->second;
     if (members.first == entry) {
-      if (members.more.empty()) {
+      if (!members.more) {
         slots_.erase(found);
         return;
       }
-      members.first = members.more.front();
-      members.more.erase(members.more.begin());
-      return;
+      members.first = members.more->front();
+      members.more->erase(members.more->begin());
+    } else if (members.more) {
+      std::erase(*members.more, entry);
     }
-    std::erase(members.more, entry);
+    if (members.more && members.more->empty()) members.more.reset();
   }
 
   // The slot's SAs, oldest first.
@@ -64,7 +68,8 @@ class SaSlotIndex {
   // How many SAs the slot has.
   size_t size(uint32_t reqid, uint64_t slot) const {
     const auto found = slots_.find({reqid, slot});
-    return found == slots_.end() ? 0 : 1 + found->second.more.size();
+    if (found == slots_.end()) return 0;
+    return 1 + (found->second.more ? found->second.more->size() : 0);
   }
 
  private:
@@ -80,10 +85,11 @@ class SaSlotIndex {
     }
   };
   // Almost every slot has one SA (two or three for the moments of a rekey), so the first
-  // lives in the hash node and only further ones cost an allocation.
+  // lives in the hash node (48 bytes with malloc's header) and only further ones cost an
+  // allocation.
   struct Members {
     const Entry* first = nullptr;
-    std::vector<const Entry*> more;
+    std::unique_ptr<std::vector<const Entry*>> more;
   };
 
   template <typename Visit>
@@ -91,7 +97,8 @@ class SaSlotIndex {
     const auto found = slots_.find({reqid, slot});
     if (found == slots_.end()) return;
     visit(found->second.first);
-    for (const Entry* entry : found->second.more) visit(entry);
+    if (found->second.more)
+      for (const Entry* entry : *found->second.more) visit(entry);
   }
   // Install time, then SA id between SAs installed within one clock tick.
   static bool older(const Entry& a, const Entry& b) {

@@ -21,6 +21,13 @@ bool unchanged(const Installed& installed, const xfrm::SadEntry& entry) {
                                 xfrm::key_fingerprint(entry.config.key_material));
 }
 
+// The table's copy of an SA's key: wiped, then its storage goes too (one allocation per
+// SA fewer; the fingerprint is all the table keeps of the key).
+void forget_key(std::vector<uint8_t>& key) {
+  wipe(key);
+  std::vector<uint8_t>().swap(key);
+}
+
 }  // namespace
 
 uint64_t group_slot(const xfrm::SadEntry& entry) {
@@ -81,7 +88,7 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   fresh->entry = entry;
   // The SA expands its own copy of the key; the table's record keeps a fingerprint.
   fresh->key_fingerprint = xfrm::key_fingerprint(entry.config.key_material);
-  wipe(fresh->entry.config.key_material);
+  forget_key(fresh->entry.config.key_material);
   fresh->from_charon = from_charon;
   fresh->sa =
       std::make_shared<esp::OutboundSa>(entry.config, *crypto::find_backend(crypto_backend_));
@@ -118,7 +125,7 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
   auto fresh = std::make_unique<InboundEntry>();
   fresh->entry = entry;
   fresh->key_fingerprint = xfrm::key_fingerprint(entry.config.key_material);
-  wipe(fresh->entry.config.key_material);
+  forget_key(fresh->entry.config.key_material);
   fresh->from_charon = from_charon;
   open_inbound_socket_(entry.config);  // make sure the socket it arrives on exists
   fresh->sa =

@@ -120,6 +120,18 @@ TEST_F(SaTableTest, InstallsAndFindsSasByIdWithoutTheirKeys) {
   EXPECT_EQ(members(1), (std::vector<uint32_t>{0x1001}));
 }
 
+TEST_F(SaTableTest, TheTableKeepsNoCopyOfAKeyOnlyItsFingerprint) {
+  ASSERT_TRUE(table_.install(sa(0x1001, xfrm::Direction::out), InstallOrigin::charon_new));
+  ASSERT_TRUE(table_.install(sa(0x2001, xfrm::Direction::in), InstallOrigin::charon_new));
+  const auto* out = table_.find_outbound({0x1001, ip("192.0.2.2")});
+  const auto* in = table_.find_inbound({0x2001, ip("192.0.2.1")});
+  EXPECT_EQ(out->entry.config.key_material.capacity(), 0u);
+  EXPECT_EQ(in->entry.config.key_material.capacity(), 0u);
+  EXPECT_TRUE(xfrm::same_fingerprint(
+      out->key_fingerprint,
+      xfrm::key_fingerprint(sa(0x1001, xfrm::Direction::out).config.key_material)));
+}
+
 TEST_F(SaTableTest, AnIdenticalSaKeepsItsStateAChangedOneIsReplaced) {
   ASSERT_TRUE(table_.install(sa(0x1001, xfrm::Direction::out), InstallOrigin::static_file));
   const auto* first = table_.find_outbound({0x1001, ip("192.0.2.2")});
