@@ -46,11 +46,14 @@ class CbcHmacKey {
 
   // Checks the ICV after the ciphertext in constant time and only if it matches decrypts
   // the ciphertext in place. False: nothing was decrypted (the ICV's place may have been
-  // used as scratch).
-  [[nodiscard]] virtual bool open(uint8_t* esp, size_t length, const uint8_t* esn_high) const = 0;
+  // used as scratch). The order is the same for every backend, so it lives here.
+  [[nodiscard]] bool open(uint8_t* esp, size_t length, const uint8_t* esn_high) const;
 
  protected:
   explicit CbcHmacKey(size_t icv_length) : icv_length_(icv_length) {}
+  // Decrypts `length` bytes at esp + kCbcCiphertextOffset in place with the IV at esp + 8;
+  // open() calls it only for a packet whose ICV verified.
+  [[nodiscard]] virtual bool decrypt(uint8_t* esp, size_t length) const = 0;
 
  private:
   size_t icv_length_;

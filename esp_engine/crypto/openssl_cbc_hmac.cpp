@@ -12,7 +12,6 @@
 #include <new>
 #include <stdexcept>
 
-#include "crypto/constant_time.h"
 #include "crypto/make_cbc_hmac_key.h"
 
 namespace espgw::crypto {
@@ -131,20 +130,8 @@ class OpenSslCbcHmacKey final : public CbcHmacKey {
     compute_icv(esp, authenticated, icv);
   }
 
-  bool open(uint8_t* esp, size_t length, const uint8_t* esn_high) const override {
-    uint8_t* data = esp + kCbcCiphertextOffset;
-    uint8_t* icv = data + length;
-    uint8_t received[kMaxIcvLength];
-    memcpy(received, icv, icv_length());
-    size_t authenticated = kCbcCiphertextOffset + length;
-    if (esn_high != nullptr) {
-      memcpy(icv, esn_high, kEsnHighLength);
-      authenticated += kEsnHighLength;
-    }
-    uint8_t computed[kMaxIcvLength];
-    compute_icv(esp, authenticated, computed);
-    if (!equal_constant_time(computed, received, icv_length())) return false;
-    return crypt(esp + 8, data, length, false);
+  bool decrypt(uint8_t* esp, size_t length) const override {
+    return crypt(esp + 8, esp + kCbcCiphertextOffset, length, false);
   }
 
  private:
