@@ -16,26 +16,9 @@
 namespace espgw::esp {
 namespace {
 
-std::vector<uint8_t> ipv4_with_tos(uint8_t tos) {
-  std::vector<uint8_t> p = test::make_ipv4_packet(100);
-  p[1] = tos;
-  p[10] = p[11] = 0;
-  const uint16_t checksum = ipv4_header_checksum(p.data(), 20);
-  p[10] = static_cast<uint8_t>(checksum >> 8);
-  p[11] = static_cast<uint8_t>(checksum);
-  return p;
-}
-
-bool ipv4_checksum_verifies(const std::vector<uint8_t>& p) {
-  return checksum_finish(checksum_add(0, p.data(), 20)) == 0;
-}
-
-std::vector<uint8_t> ipv6_with_traffic_class(uint8_t traffic_class) {
-  std::vector<uint8_t> p = test::make_ipv6_packet(100);
-  p[0] = static_cast<uint8_t>(0x60 | traffic_class >> 4);
-  p[1] = static_cast<uint8_t>((p[1] & 0x0F) | traffic_class << 4);
-  return p;
-}
+using test::ipv4_checksum_verifies;
+using test::ipv4_with_tos;
+using test::ipv6_with_traffic_class;
 
 TEST(Ecn, EcnCapableIpv4GetsCeAndAValidChecksum) {
   for (const uint8_t tos : {uint8_t{0x01}, uint8_t{0x02}, uint8_t{0xB9}, uint8_t{0xBA}}) {

@@ -22,26 +22,9 @@ namespace {
 constexpr uint8_t kNotEct = 0, kEct1 = 1, kEct0 = 2, kCe = 3;
 constexpr uint8_t kDscpAf41 = 34 << 2, kDscpEf = 46 << 2;
 
-std::vector<uint8_t> ipv4_with_tos(uint8_t tos) {
-  std::vector<uint8_t> p = test::make_ipv4_packet(100);
-  p[1] = tos;
-  p[10] = p[11] = 0;
-  const uint16_t checksum = ipv4_header_checksum(p.data(), 20);
-  p[10] = static_cast<uint8_t>(checksum >> 8);
-  p[11] = static_cast<uint8_t>(checksum);
-  return p;
-}
-
-bool ipv4_checksum_verifies(const std::vector<uint8_t>& p) {
-  return checksum_finish(checksum_add(0, p.data(), 20)) == 0;
-}
-
-std::vector<uint8_t> ipv6_with_traffic_class(uint8_t traffic_class) {
-  std::vector<uint8_t> p = test::make_ipv6_packet(100);
-  p[0] = static_cast<uint8_t>(0x60 | traffic_class >> 4);
-  p[1] = static_cast<uint8_t>((p[1] & 0x0F) | traffic_class << 4);
-  return p;
-}
+using test::ipv4_checksum_verifies;
+using test::ipv4_with_tos;
+using test::ipv6_with_traffic_class;
 
 uint8_t ipv6_traffic_class(const std::vector<uint8_t>& p) {
   return static_cast<uint8_t>((p[0] << 4) | (p[1] >> 4));
@@ -201,8 +184,8 @@ TEST(OuterHeader, EncapsulationWritesThePolicysOuterBits) {
 // ECN-capable inner packet, and a Not-ECT one is dropped as ecn-not-capable, counted on
 // the SA, after its number entered the replay window (the packet was authentic).
 TEST(OuterHeader, CongestionOnTheWireReachesTheInnerPacketAfterDecryption) {
-  SaConfig config = test::make_sa_config(crypto::AeadAlgorithm::aes_gcm_128, false, false,
-                                         false, 0x301);
+  SaConfig config =
+      test::make_sa_config(crypto::AeadAlgorithm::aes_gcm_128, false, false, false, 0x301);
   OutboundSa out(config, crypto::ipsec_mb_backend());
   test::InboundSaTable table;
   table.add(std::make_shared<InboundSa>(config, crypto::ipsec_mb_backend()));

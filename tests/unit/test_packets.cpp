@@ -1,5 +1,6 @@
 #include "unit/test_packets.h"
 
+#include "esp/checksum.h"
 #include "util/byte_order.h"
 
 namespace espgw::test {
@@ -72,6 +73,27 @@ std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t length) {
   std::vector<uint8_t> out(length);
   for (auto& b : out) b = static_cast<uint8_t>(rng());
   return out;
+}
+
+std::vector<uint8_t> ipv4_with_tos(uint8_t tos) {
+  std::vector<uint8_t> p = make_ipv4_packet(100);
+  p[1] = tos;
+  p[10] = p[11] = 0;
+  const uint16_t checksum = esp::ipv4_header_checksum(p.data(), 20);
+  p[10] = static_cast<uint8_t>(checksum >> 8);
+  p[11] = static_cast<uint8_t>(checksum);
+  return p;
+}
+
+bool ipv4_checksum_verifies(const std::vector<uint8_t>& packet) {
+  return esp::checksum_finish(esp::checksum_add(0, packet.data(), 20)) == 0;
+}
+
+std::vector<uint8_t> ipv6_with_traffic_class(uint8_t traffic_class) {
+  std::vector<uint8_t> p = make_ipv6_packet(100);
+  p[0] = static_cast<uint8_t>(0x60 | traffic_class >> 4);
+  p[1] = static_cast<uint8_t>((p[1] & 0x0F) | traffic_class << 4);
+  return p;
 }
 
 }  // namespace espgw::test

@@ -25,6 +25,14 @@ esp::SaConfig make_cbc_sa_config(crypto::EncryptionAlgorithm cipher,
                                  crypto::IntegrityAlgorithm integrity, bool esn, bool ipv6_outer,
                                  bool udp, uint32_t spi = 0x1000);
 
+// make_ipv4_packet(100) with IPv4 TOS byte `tos` (DSCP and ECN) and a valid checksum.
+std::vector<uint8_t> ipv4_with_tos(uint8_t tos);
+// Whether an IPv4 header's checksum verifies, by the RFC 1071 sum over the 20 bytes (not
+// the incremental updates the code under test makes).
+bool ipv4_checksum_verifies(const std::vector<uint8_t>& packet);
+// make_ipv6_packet(100) with traffic class `traffic_class`.
+std::vector<uint8_t> ipv6_with_traffic_class(uint8_t traffic_class);
+
 std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t length);
 
 }  // namespace espgw::test
