@@ -1,4 +1,5 @@
 #include "espgw_kernel_ipsec.h"
+#include "espgw_request_fields.h"
 #include "espgw_control.h"
 #include "espgw_vici_codec.h"
 
@@ -15,112 +16,12 @@ struct private_espgw_kernel_ipsec_t
 	kernel_ipsec_t public;
 };
 
-/* Text form of an address (no port); "" for NULL or an unknown family. */
-static void address_text(host_t *host, char *buf, size_t len)
-{
-	chunk_t address;
-
-	buf[0] = '\0';
-	if (!host)
-	{
-		return;
-	}
-	address = host->get_address(host);
-	if (!inet_ntop(host->get_family(host), address.ptr, buf, len))
-	{
-		buf[0] = '\0';
-	}
-}
-
-static void add_host(evc_builder_t *b, const char *key, host_t *host)
-{
-	char text[INET6_ADDRSTRLEN];
-
-	address_text(host, text, sizeof(text));
-	evc_add_str(b, key, text);
-}
-
-/* "net/prefix" of a traffic selector; a range that is not a subnet becomes the smallest
- * subnet covering it. */
-static void subnet_text(traffic_selector_t *ts, char *buf, size_t len)
-{
-	host_t *net;
-	uint8_t mask;
-	char address[INET6_ADDRSTRLEN];
-
-	ts->to_subnet(ts, &net, &mask);
-	address_text(net, address, sizeof(address));
-	snprintf(buf, len, "%s/%u", address, mask);
-	net->destroy(net);
-}
-
-/* add-sa's selector lists: "net/prefix", or "net/prefix[PROTO/FROM-TO]" when the selector
- * names a protocol or ports, so that espgw checks those too on decrypted packets (RFC
- * 4301 5.2; for ICMP, charon keeps type and code in the port fields). */
-static void add_ts_list(evc_builder_t *b, const char *key, linked_list_t *list)
-{
-	enumerator_t *enumerator;
-	traffic_selector_t *ts;
-	char text[INET6_ADDRSTRLEN + 32];
-	size_t len;
-
-	evc_begin_list(b, key);
-	if (list)
-	{
-		enumerator = list->create_enumerator(list);
-		while (enumerator->enumerate(enumerator, &ts))
-		{
-			subnet_text(ts, text, sizeof(text));
-			if (ts->get_protocol(ts) != 0 || ts->get_from_port(ts) != 0 ||
-				ts->get_to_port(ts) != 65535)
-			{
-				len = strlen(text);
-				snprintf(text + len, sizeof(text) - len, "[%u/%u-%u]",
-						 ts->get_protocol(ts), ts->get_from_port(ts),
-						 ts->get_to_port(ts));
-			}
-			evc_add_item(b, chunk_from_str(text));
-		}
-		enumerator->destroy(enumerator);
-	}
-	evc_end_list(b);
-}
-
-/* A selector as the policy messages carry it: subnet, protocol and port range. */
-static void add_ts(evc_builder_t *b, const char *prefix, traffic_selector_t *ts)
-{
-	char key[32], text[INET6_ADDRSTRLEN + 8];
-
-	subnet_text(ts, text, sizeof(text));
-	snprintf(key, sizeof(key), "%s-net", prefix);
-	evc_add_str(b, key, text);
-	snprintf(key, sizeof(key), "%s-proto", prefix);
-	evc_add_u64(b, key, ts->get_protocol(ts));
-	snprintf(key, sizeof(key), "%s-port-from", prefix);
-	evc_add_u64(b, key, ts->get_from_port(ts));
-	snprintf(key, sizeof(key), "%s-port-to", prefix);
-	evc_add_u64(b, key, ts->get_to_port(ts));
-}
-
-static const char *direction_name(policy_dir_t dir)
-{
-	switch (dir)
-	{
-		case POLICY_IN:
-			return "in";
-		case POLICY_OUT:
-			return "out";
-		default:
-			return "fwd";
-	}
-}
-
 /* The key under which an SA or policy is remembered for replay. */
 static void sa_key(char *buf, size_t len, uint32_t spi, host_t *dst)
 {
 	char address[INET6_ADDRSTRLEN];
 
-	address_text(dst, address, sizeof(address));
+	espgw_address_text(dst, address, sizeof(address));
 	snprintf(buf, len, "sa/%08x/%s", ntohl(spi), address);
 }
 
@@ -128,13 +29,13 @@ static void policy_key(char *buf, size_t len, kernel_ipsec_policy_id_t *id)
 {
 	char src[INET6_ADDRSTRLEN + 8], dst[INET6_ADDRSTRLEN + 8];
 
-	subnet_text(id->src_ts, src, sizeof(src));
-	subnet_text(id->dst_ts, dst, sizeof(dst));
-	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u", direction_name(id->dir), src,
-			 id->src_ts->get_protocol(id->src_ts), id->src_ts->get_from_port(id->src_ts),
-			 id->src_ts->get_to_port(id->src_ts), dst,
-			 id->dst_ts->get_protocol(id->dst_ts), id->dst_ts->get_from_port(id->dst_ts),
-			 id->dst_ts->get_to_port(id->dst_ts));
+	espgw_subnet_text(id->src_ts, src, sizeof(src));
+	espgw_subnet_text(id->dst_ts, dst, sizeof(dst));
+	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u", espgw_direction_name(id->dir),
+			 src, id->src_ts->get_protocol(id->src_ts),
+			 id->src_ts->get_from_port(id->src_ts), id->src_ts->get_to_port(id->src_ts),
+			 dst, id->dst_ts->get_protocol(id->dst_ts),
+			 id->dst_ts->get_from_port(id->dst_ts), id->dst_ts->get_to_port(id->dst_ts));
 }
 
 /* Sends a finished request and returns SUCCESS, NOT_FOUND, NOT_SUPPORTED or FAILED from
@@ -238,8 +139,8 @@ METHOD(kernel_ipsec_t, get_spi, status_t, private_espgw_kernel_ipsec_t *this, ho
 		return NOT_SUPPORTED;
 	}
 	evc_begin(&b, EVC_CMD_REQUEST, "get-spi");
-	add_host(&b, "src", src);
-	add_host(&b, "dst", dst);
+	espgw_add_host(&b, "src", src);
+	espgw_add_host(&b, "dst", dst);
 	status = send_owned(evc_finish(&b), "get-spi", &response);
 	if (status != SUCCESS)
 	{
@@ -261,66 +162,11 @@ METHOD(kernel_ipsec_t, get_cpi, status_t, private_espgw_kernel_ipsec_t *this, ho
 	return NOT_SUPPORTED;
 }
 
-/* espgw's name of the cipher from the IKE transform and the key length charon hands
- * over: an AEAD's cipher key plus the 4-byte salt, or AES-CBC's key alone. */
-static const char *algorithm_name(uint16_t enc_alg, size_t key_len)
-{
-	switch (enc_alg)
-	{
-		case ENCR_AES_GCM_ICV16:
-			return key_len == 20 ? "aes-gcm-128" : key_len == 36 ? "aes-gcm-256" : NULL;
-		case ENCR_CHACHA20_POLY1305:
-			return key_len == 36 ? "chacha20-poly1305" : NULL;
-		case ENCR_AES_CBC:
-			return key_len == 16   ? "aes-cbc-128"
-				   : key_len == 24 ? "aes-cbc-192"
-				   : key_len == 32 ? "aes-cbc-256"
-								   : NULL;
-		default:
-			return NULL;
-	}
-}
-
-/* espgw's name of the HMAC that goes with AES-CBC; NULL for any other. */
-static const char *integrity_name(uint16_t int_alg)
-{
-	switch (int_alg)
-	{
-		case AUTH_HMAC_SHA1_96:
-			return "hmac-sha1-96";
-		case AUTH_HMAC_SHA2_256_128:
-			return "hmac-sha2-256-128";
-		case AUTH_HMAC_SHA2_384_192:
-			return "hmac-sha2-384-192";
-		case AUTH_HMAC_SHA2_512_256:
-			return "hmac-sha2-512-256";
-		default:
-			return NULL;
-	}
-}
-
-/* charon's copy_dscp as espgw's add-sa spells it */
-static const char *dscp_copy_word(dscp_copy_t copy)
-{
-	switch (copy)
-	{
-		case DSCP_COPY_IN_ONLY:
-			return "in";
-		case DSCP_COPY_YES:
-			return "yes";
-		case DSCP_COPY_NO:
-			return "no";
-		case DSCP_COPY_OUT_ONLY:
-		default:
-			return "out";
-	}
-}
-
 METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	   kernel_ipsec_sa_id_t *id, kernel_ipsec_add_sa_t *data)
 {
-	const char *algorithm = algorithm_name(data->enc_alg, data->enc_key.len);
-	const char *integrity = integrity_name(data->int_alg);
+	const char *algorithm = espgw_algorithm_name(data->enc_alg, data->enc_key.len);
+	const char *integrity = espgw_integrity_name(data->int_alg);
 	bool aead = data->enc_alg != ENCR_AES_CBC;
 	evc_builder_t b;
 	chunk_t packet;
@@ -347,8 +193,8 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	}
 	evc_begin(&b, EVC_CMD_REQUEST, "add-sa");
 	evc_add_u64(&b, "spi", ntohl(id->spi));
-	add_host(&b, "src", id->src);
-	add_host(&b, "dst", id->dst);
+	espgw_add_host(&b, "src", id->src);
+	espgw_add_host(&b, "dst", id->dst);
 	evc_add_u64(&b, "reqid", data->reqid);
 	evc_add_bool(&b, "inbound", data->inbound);
 	evc_add_str(&b, "algorithm", algorithm);
@@ -362,7 +208,7 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_u64(&b, "replay-window", data->replay_window);
 	evc_add_bool(&b, "encap", data->encap);
 	/* what crosses between inner and outer header: espgw writes the outer header */
-	evc_add_str(&b, "copy-dscp", dscp_copy_word(data->copy_dscp));
+	evc_add_str(&b, "copy-dscp", espgw_dscp_copy_word(data->copy_dscp));
 	evc_add_bool(&b, "copy-ecn", data->copy_ecn);
 	evc_add_bool(&b, "copy-df", data->copy_df);
 	evc_add_u64(&b, "src-port", id->src->get_port(id->src));
@@ -384,8 +230,8 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	{
 		evc_add_u64(&b, "ike-sa", ike_sa->get_unique_id(ike_sa));
 	}
-	add_ts_list(&b, "src-ts", data->src_ts);
-	add_ts_list(&b, "dst-ts", data->dst_ts);
+	espgw_add_ts_list(&b, "src-ts", data->src_ts);
+	espgw_add_ts_list(&b, "dst-ts", data->dst_ts);
 	packet = evc_finish(&b);
 	status = send_request(packet, "add-sa", NULL);
 	if (status == SUCCESS)
@@ -407,10 +253,10 @@ METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	 * installs fresh SAs for the new addresses */
 	evc_begin(&b, EVC_CMD_REQUEST, "update-sa");
 	evc_add_u64(&b, "spi", ntohl(id->spi));
-	add_host(&b, "src", id->src);
-	add_host(&b, "dst", id->dst);
-	add_host(&b, "new-src", data->new_src);
-	add_host(&b, "new-dst", data->new_dst);
+	espgw_add_host(&b, "src", id->src);
+	espgw_add_host(&b, "dst", id->dst);
+	espgw_add_host(&b, "new-src", data->new_src);
+	espgw_add_host(&b, "new-dst", data->new_dst);
 	evc_add_u64(&b, "src-port", id->src->get_port(id->src));
 	evc_add_u64(&b, "dst-port", id->dst->get_port(id->dst));
 	evc_add_u64(&b, "new-src-port", data->new_src->get_port(data->new_src));
@@ -432,7 +278,7 @@ METHOD(kernel_ipsec_t, query_sa, status_t, private_espgw_kernel_ipsec_t *this,
 
 	evc_begin(&b, EVC_CMD_REQUEST, "query-sa");
 	evc_add_u64(&b, "spi", ntohl(id->spi));
-	add_host(&b, "dst", id->dst);
+	espgw_add_host(&b, "dst", id->dst);
 	packet = evc_finish(&b);
 	status = send_owned(packet, "query-sa", &response);
 	if (status != SUCCESS)
@@ -470,7 +316,7 @@ METHOD(kernel_ipsec_t, del_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	espgw_control->forget(espgw_control, key);
 	evc_begin(&b, EVC_CMD_REQUEST, "del-sa");
 	evc_add_u64(&b, "spi", ntohl(id->spi));
-	add_host(&b, "dst", id->dst);
+	espgw_add_host(&b, "dst", id->dst);
 	packet = evc_finish(&b);
 	return send_owned(packet, "del-sa", NULL);
 }
@@ -481,54 +327,26 @@ METHOD(kernel_ipsec_t, flush_sas, status_t, private_espgw_kernel_ipsec_t *this)
 	return send_command("flush-sas");
 }
 
-static const char *policy_type_name(policy_type_t type)
-{
-	switch (type)
-	{
-		case POLICY_IPSEC:
-			return "protect";
-		case POLICY_PASS:
-			return "bypass";
-		default:
-			return "discard";
-	}
-}
-
-static const char *priority_name(policy_priority_t prio)
-{
-	switch (prio)
-	{
-		case POLICY_PRIORITY_PASS:
-			return "pass";
-		case POLICY_PRIORITY_ROUTED:
-			return "routed";
-		case POLICY_PRIORITY_FALLBACK:
-			return "fallback";
-		default:
-			return "default";
-	}
-}
-
 static chunk_t policy_request(const char *command, kernel_ipsec_policy_id_t *id,
 							  kernel_ipsec_manage_policy_t *data)
 {
 	evc_builder_t b;
 
 	evc_begin(&b, EVC_CMD_REQUEST, command);
-	evc_add_str(&b, "dir", direction_name(id->dir));
-	add_ts(&b, "src", id->src_ts);
-	add_ts(&b, "dst", id->dst_ts);
+	evc_add_str(&b, "dir", espgw_direction_name(id->dir));
+	espgw_add_ts(&b, "src", id->src_ts);
+	espgw_add_ts(&b, "dst", id->dst_ts);
 	if (data)
 	{
-		evc_add_str(&b, "action", policy_type_name(data->type));
-		evc_add_str(&b, "priority-class", priority_name(data->prio));
+		evc_add_str(&b, "action", espgw_policy_type_name(data->type));
+		evc_add_str(&b, "priority-class", espgw_priority_name(data->prio));
 		evc_add_u64(&b, "manual-priority", data->manual_prio);
 		if (data->sa)
 		{
 			evc_add_u64(&b, "reqid", data->sa->reqid);
 		}
-		add_host(&b, "tunnel-src", data->src);
-		add_host(&b, "tunnel-dst", data->dst);
+		espgw_add_host(&b, "tunnel-src", data->src);
+		espgw_add_host(&b, "tunnel-dst", data->dst);
 	}
 	return evc_finish(&b);
 }
