@@ -51,89 +51,24 @@
 #include "esp/ip_address.h"
 #include "esp/packet_buffer.h"
 #include "esp/security_association.h"
+#include "esp_bench_common.h"
 #include "packet/ip_format.h"
 #include "raw_cbc_hmac.h"
 #include "raw_ipsec_mb.h"
 #include "support/sequential_esp.h"
 #include "util/byte_order.h"
 
+namespace espgw::esp_bench {
 namespace {
 
-using espgw::crypto::AeadAlgorithm;
-namespace esp = espgw::esp;
 namespace packet = espgw::packet;
 namespace test = espgw::test;
-namespace crypto = espgw::crypto;
 
-constexpr size_t kSizes[] = {64, 1400, 8192};
-constexpr size_t kMaxInner = 8192;
-constexpr size_t kHeadroom = esp::PacketBuffer::kDefaultHeadroom;
-// Room for the largest inner packet, the ESP header in front and padding, trailer and
-// ICV behind (esp::encap_tailroom() is 49 bytes), with slack.
-constexpr size_t kCapacity = kHeadroom + kMaxInner + 128;
 constexpr size_t kAadLength = 8;  // SPI || 32-bit sequence number (no ESN)
 constexpr size_t kTagLength = 16;
-constexpr uint32_t kSpi = 0x0000c0de;
 // Packets in the decapsulation benchmark's ring; see espgw_decap. --esp_decap_ring=N.
 constexpr size_t kDefaultDecapRing = 1024;
 size_t g_decap_ring = kDefaultDecapRing;
-
-// ESP payload length for an inner packet: padding to a 4-byte boundary (16 for AES-CBC)
-// including the 2-byte trailer (RFC 4303 2.4), as esp/encap.cpp computes it. Checked
-// against the engine's actual output in every espgw benchmark's setup.
-constexpr size_t esp_payload_length(size_t inner, size_t alignment = esp::kPayloadAlignment) {
-  const size_t padding = (alignment - (inner + esp::kEspTrailerLength) % alignment) % alignment;
-  return inner + padding + esp::kEspTrailerLength;
-}
-
-// The SA's transform: an AEAD, or AES-CBC with an HMAC.
-struct Transform {
-  AeadAlgorithm algorithm;
-  crypto::IntegrityAlgorithm integrity = crypto::IntegrityAlgorithm::none;
-};
-
-// An IPv4/UDP packet of `size` bytes in total (10.1.0.1 -> 10.2.0.1).
-std::vector<uint8_t> make_inner_packet(size_t size) {
-  std::vector<uint8_t> p(size);
-  for (size_t i = 0; i < size; ++i) p[i] = static_cast<uint8_t>(i * 7 + 3);
-  p[0] = 0x45;
-  p[1] = 0;
-  espgw::store_be16(&p[2], static_cast<uint16_t>(size));
-  espgw::store_be16(&p[4], 1);
-  espgw::store_be16(&p[6], 0x4000);  // DF
-  p[8] = 64;
-  p[9] = 17;
-  espgw::store_be16(&p[10], 0);
-  const uint8_t source[] = {10, 1, 0, 1}, destination[] = {10, 2, 0, 1};
-  std::memcpy(&p[12], source, 4);
-  std::memcpy(&p[16], destination, 4);
-  return p;
-}
-
-std::vector<uint8_t> key_material(Transform t) {
-  std::vector<uint8_t> key(crypto::key_material_length(t.algorithm, t.integrity));
-  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(0x11 * (i + 1));
-  return key;
-}
-
-esp::SaConfig make_config(Transform t) {
-  esp::SaConfig config;
-  config.spi = kSpi;
-  config.algorithm = t.algorithm;
-  config.integrity = t.integrity;
-  config.key_material = key_material(t);
-  config.tunnel_source = *esp::IpAddress::parse("192.0.2.1");
-  config.tunnel_destination = *esp::IpAddress::parse("192.0.2.2");
-  config.replay_window = 1024;
-  return config;
-}
-
-void finish(benchmark::State& state, size_t inner) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(inner));
-  // value * iterations / seconds, inverted: seconds * 1e9 / iterations.
-  state.counters["ns_per_packet"] = benchmark::Counter(
-      1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-}
 
 // ---------------------------------------------------------------------------------------
 // Raw ipsec-mb: the ceiling.
@@ -277,81 +212,7 @@ void raw_roundtrip(benchmark::State& state, size_t inner) {
   }
   finish(state, inner);
 }
-
-// AES-CBC + HMAC: the raw baseline of bench/raw_cbc_hmac.h on a buffer placed like
-// espgw's (the payload at the default headroom, the ESP header and IV before it).
-struct RawCbcCase {
-  Transform transform;
-  espgw::bench::RawCbcHmacTransform raw;
-};
-
-class RawCbcFixture {
- public:
-  RawCbcFixture(const RawCbcCase& c, size_t inner)
-      : material_(key_material(c.transform)),
-        key_length_(crypto::cipher_key_length(c.transform.algorithm)),
-        raw_(c.raw, material_.data(), material_.data() + key_length_,
-             material_.size() - key_length_),
-        buffer_(kCapacity),
-        length_(esp_payload_length(inner, 16)),
-        icv_length_(c.raw.icv_length),
-        scratch_(length_) {
-    buffer_.assign(make_inner_packet(inner), kHeadroom);
-    std::memset(payload() + inner, 0, length_ - inner + icv_length_);
-    espgw::store_be32(esp(), kSpi);
-    espgw::store_be32(esp() + 4, 1);
-    for (size_t i = 0; i < 16; ++i) esp()[8 + i] = static_cast<uint8_t>(0x5a ^ i);
-  }
-  uint8_t* payload() { return buffer_.data(); }
-  uint8_t* esp() { return payload() - 24; }
-  uint8_t* tag() { return payload() + length_; }
-  uint8_t* scratch() { return scratch_.data(); }
-  size_t length() const { return length_; }
-  espgw::bench::RawCbcHmac& raw() { return raw_; }
-
- private:
-  std::vector<uint8_t> material_;
-  size_t key_length_;
-  espgw::bench::RawCbcHmac raw_;
-  esp::PacketBuffer buffer_;
-  size_t length_;
-  size_t icv_length_;
-  std::vector<uint8_t> scratch_;
-};
-
-void raw_cbc_encrypt(benchmark::State& state, const RawCbcCase* c, size_t inner) {
-  RawCbcFixture f(*c, inner);
-  for (auto _ : state) {
-    f.raw().seal(f.esp(), f.length(), f.tag());
-    benchmark::ClobberMemory();
-  }
-  finish(state, inner);
-}
-
-void raw_cbc_decrypt(benchmark::State& state, const RawCbcCase* c, size_t inner) {
-  RawCbcFixture f(*c, inner);
-  f.raw().seal(f.esp(), f.length(), f.tag());
-  for (auto _ : state) {
-    if (!f.raw().open(f.esp(), f.length(), f.tag(), f.scratch())) {
-      state.SkipWithError("raw decrypt: tag mismatch");
-      break;
-    }
-    benchmark::ClobberMemory();
-  }
-  finish(state, inner);
-}
-
-void raw_cbc_roundtrip(benchmark::State& state, const RawCbcCase* c, size_t inner) {
-  RawCbcFixture f(*c, inner);
-  for (auto _ : state) {
-    f.raw().seal(f.esp(), f.length(), f.tag());
-    if (!f.raw().open(f.esp(), f.length(), f.tag(), f.payload())) {
-      state.SkipWithError("raw roundtrip: tag mismatch");
-      break;
-    }
-  }
-  finish(state, inner);
-}
+}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // espgw.
@@ -363,8 +224,6 @@ size_t esp_prefix(Transform t) {
   return esp::kEspHeaderLength + layout_of(t).iv_length;
 }
 
-// Checks once, before timing, that the engine produced the ESP packet the raw baseline
-// models: ESP header + IV, esp_payload_length(inner) bytes of payload, the ICV.
 bool check_encapsulated(benchmark::State& state, const esp::PacketBuffer& buffer, size_t inner,
                         Transform t) {
   const esp::EspLayout layout = layout_of(t);
@@ -504,17 +363,12 @@ void espgw_roundtrip(benchmark::State& state, Transform algorithm, size_t inner)
 // ---------------------------------------------------------------------------------------
 // Registration and the ratio table.
 
-struct Case {
-  std::string algorithm;
-  size_t size;
-  std::string direction;  // encap, decap, roundtrip
-  std::string raw_name;
-  std::string espgw_name;
-};
-std::vector<Case> g_cases;
+std::vector<Case>& cases() {
+  static std::vector<Case> all;
+  return all;
+}
 
-constexpr const char* kDirections[][2] = {
-    {"encap", "encrypt"}, {"decap", "decrypt"}, {"roundtrip", "roundtrip"}};
+namespace {
 
 template <AeadAlgorithm A>
 void register_algorithm(const char* name) {
@@ -532,34 +386,10 @@ void register_algorithm(const char* name) {
       benchmark::RegisterBenchmark(c.raw_name.c_str(), raw[d], size)->UseRealTime();
       benchmark::RegisterBenchmark(c.espgw_name.c_str(), espgw[d], Transform{A}, size)
           ->UseRealTime();
-      g_cases.push_back(std::move(c));
+      cases().push_back(std::move(c));
     }
   }
 }
-
-void register_cbc(const char* name, const RawCbcCase* cbc) {
-  using RawFn = void (*)(benchmark::State&, const RawCbcCase*, size_t);
-  using EspFn = void (*)(benchmark::State&, Transform, size_t);
-  const RawFn raw[] = {&raw_cbc_encrypt, &raw_cbc_decrypt, &raw_cbc_roundtrip};
-  const EspFn espgw[] = {&espgw_encap, &espgw_decap, &espgw_roundtrip};
-  for (size_t d = 0; d < 3; ++d) {
-    for (const size_t size : kSizes) {
-      Case c{name, size, kDirections[d][0],
-             std::string("raw/") + name + "/" + kDirections[d][1] + "/" + std::to_string(size),
-             std::string("espgw/") + name + "/" + kDirections[d][0] + "/" + std::to_string(size)};
-      benchmark::RegisterBenchmark(c.raw_name.c_str(), raw[d], cbc, size)->UseRealTime();
-      benchmark::RegisterBenchmark(c.espgw_name.c_str(), espgw[d], cbc->transform, size)
-          ->UseRealTime();
-      g_cases.push_back(std::move(c));
-    }
-  }
-}
-
-const RawCbcCase kAes128Sha1{{AeadAlgorithm::aes_cbc_128, crypto::IntegrityAlgorithm::hmac_sha1_96},
-                             {IMB_KEY_128_BYTES, IMB_AUTH_HMAC_SHA_1, 64, 12}};
-const RawCbcCase kAes256Sha256{
-    {AeadAlgorithm::aes_cbc_256, crypto::IntegrityAlgorithm::hmac_sha256_128},
-    {IMB_KEY_256_BYTES, IMB_AUTH_HMAC_SHA_256, 64, 16}};
 
 // The ratio table: for each (algorithm, size, direction), espgw's and raw ipsec-mb's
 // real time per packet from the same run.
@@ -570,16 +400,18 @@ void print_ratios(const espgw::bench::CollectingReporter& reporter, std::ostream
                           : std::string("single run"))
       << "); ratio = raw_ns / espgw_ns = espgw throughput / raw throughput\n";
   out << std::left << std::setw(20) << "algorithm" << std::right << std::setw(6) << "size"
-      << "  " << std::left << std::setw(10) << "direction" << std::right << std::setw(10)
+      << "  " << std::left << std::setw(14) << "direction" << std::right << std::setw(10)
       << "espgw_ns" << std::setw(10) << "raw_ns" << std::setw(18) << "ratio(raw/espgw)"
       << std::setw(13) << "overhead_ns"
       << "\n";
-  for (const Case& c : g_cases) {
-    const std::optional<double> espgw = reporter.value(c.espgw_name, "real_ns");
-    const std::optional<double> raw = reporter.value(c.raw_name, "real_ns");
+  for (const Case& c : cases()) {
+    std::optional<double> espgw = reporter.value(c.espgw_name, "real_ns");
+    std::optional<double> raw = reporter.value(c.raw_name, "real_ns");
     if (!espgw || !raw) continue;
+    *espgw /= static_cast<double>(c.packets);
+    *raw /= static_cast<double>(c.packets);
     out << std::left << std::setw(20) << c.algorithm << std::right << std::setw(6) << c.size << "  "
-        << std::left << std::setw(10) << c.direction << std::right << std::fixed
+        << std::left << std::setw(14) << c.direction << std::right << std::fixed
         << std::setprecision(1) << std::setw(10) << *espgw << std::setw(10) << *raw
         << std::setprecision(3) << std::setw(18) << *raw / *espgw << std::setprecision(1)
         << std::setw(13) << *espgw - *raw << "\n";
@@ -611,7 +443,7 @@ bool parse_own_flags(int& argc, char** argv, std::string& ratios_out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   std::string ratios_out;
   if (!parse_own_flags(argc, argv, ratios_out)) return 2;
@@ -626,8 +458,7 @@ int main(int argc, char** argv) {
   register_algorithm<AeadAlgorithm::aes_gcm_128>("AES-128-GCM");
   register_algorithm<AeadAlgorithm::aes_gcm_256>("AES-256-GCM");
   register_algorithm<AeadAlgorithm::chacha20_poly1305>("ChaCha20-Poly1305");
-  register_cbc("AES-128-CBC-SHA1", &kAes128Sha1);
-  register_cbc("AES-256-CBC-SHA256", &kAes256Sha256);
+  register_cbc_benchmarks();
 
   espgw::bench::CollectingReporter reporter(benchmark::CreateDefaultDisplayReporter());
   benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -644,4 +475,10 @@ int main(int argc, char** argv) {
   }
   benchmark::Shutdown();
   return 0;
+}
+
+}  // namespace espgw::esp_bench
+
+int main(int argc, char** argv) {
+  return espgw::esp_bench::run(argc, argv);
 }

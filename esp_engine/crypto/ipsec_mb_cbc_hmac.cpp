@@ -1,9 +1,11 @@
 // AES-CBC + HMAC on ipsec-mb's job API (1.3 has no direct CBC or HMAC calls). A packet
 // is sealed by one chained job (cipher, then hash), as ipsec-mb is built for; it is
 // opened by two, hash then cipher, so that nothing is decrypted before the ICV has been
-// compared (in constant time, here, not inside ipsec-mb). Each call submits its job and
-// flushes the thread's manager until it comes back: the manager never holds a job of
-// another call, and the key object stays free of per-thread state. Which manager: see
+// compared (in constant time, here, not inside ipsec-mb). A call that needs its result
+// submits its job and flushes the thread's manager until it comes back; seals queued in
+// a CbcHmacSealBurst stay in the manager's lanes until the burst is flushed, and a job of
+// theirs that comes back meanwhile is completed on the spot (its slot says where the tag
+// goes). The key object stays free of per-thread state. Which manager: see
 // ipsec_mb_thread_hmac_manager().
 #include <string.h>
 #include <sys/random.h>
@@ -60,11 +62,37 @@ void hash_one_block(IMB_MGR* m, IntegrityAlgorithm integrity, const uint8_t* blo
   }
 }
 
-// Submits the job the caller filled and flushes until it is back; its status.
-IMB_STATUS run_job(IMB_MGR* m) {
-  IMB_JOB* done = IMB_SUBMIT_JOB(m);
-  while (done == nullptr) done = IMB_FLUSH_JOB(m);
-  return done->status;
+// A queued seal's job came back: its slot (user_data) takes the tag.
+void complete_queued(IMB_JOB* job) {
+  auto* slot = static_cast<CbcHmacSealBurst::Slot*>(job->user_data);
+  if (slot != nullptr) CbcHmacSealBurst::complete(*slot, job->status == IMB_STATUS_COMPLETED);
+}
+
+// Completes every job the manager hands back, starting with `done`, until it returns
+// `mine` (whose status it returns) or nothing more (IMB_STATUS_INVALID_ARGS, with `mine`
+// null: a drain). Jobs come back in the order they were submitted.
+IMB_STATUS complete_until(IMB_MGR* m, IMB_JOB* done, const IMB_JOB* mine) {
+  for (;;) {
+    while (done != nullptr) {
+      if (done == mine) return done->status;
+      complete_queued(done);
+      done = IMB_GET_COMPLETED_JOB(m);
+    }
+    done = IMB_FLUSH_JOB(m);
+    if (done == nullptr && mine == nullptr) return IMB_STATUS_INVALID_ARGS;
+  }
+}
+
+// Submits the job the caller filled and flushes until it is back; its status. Queued
+// seals that come back first are completed on the way.
+IMB_STATUS run_job(IMB_MGR* m, IMB_JOB* job) {
+  job->user_data = nullptr;
+  return complete_until(m, IMB_SUBMIT_JOB(m), job);
+}
+
+// CbcHmacSealBurst::flush() for this backend: every queued job of this thread completes.
+void drain_thread_manager() {
+  complete_until(ipsec_mb_thread_hmac_manager(), nullptr, nullptr);
 }
 
 // Laid out for the per-packet path: everything a job reads sits in the object, expanded
@@ -140,27 +168,37 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
     job->msg_len_to_cipher_in_bytes = 0;
     job->iv = nullptr;
     job->iv_len_in_bytes = 0;
-    if (run_job(m) != IMB_STATUS_COMPLETED) throw std::runtime_error("ipsec-mb: HMAC job failed");
+    if (run_job(m, job) != IMB_STATUS_COMPLETED)
+      throw std::runtime_error("ipsec-mb: HMAC job failed");
     memcpy(icv, tag, icv_length());
   }
 
   void seal(uint8_t* esp, size_t length, const uint8_t* esn_high) const override {
-    uint8_t* icv = esp + kCbcCiphertextOffset + length;
-    size_t authenticated = kCbcCiphertextOffset + length;
-    if (esn_high != nullptr) {
-      memcpy(icv, esn_high, kEsnHighLength);  // RFC 4303 2.2.1: appended for the ICV only
-      authenticated += kEsnHighLength;
-    }
     IMB_MGR* m = ipsec_mb_thread_hmac_manager();
     uint8_t tag[kMaxIcvLength];
     IMB_JOB* job = IMB_GET_NEXT_JOB(m);
-    fill_hash(job, esp, authenticated, tag);
-    fill_cipher(job, esp, length, IMB_DIR_ENCRYPT);
-    job->chain_order = IMB_ORDER_CIPHER_HASH;
+    fill_seal(job, esp, length, esn_high, tag);
     // A packet must never leave with an ICV that was not computed.
-    if (run_job(m) != IMB_STATUS_COMPLETED)
+    if (run_job(m, job) != IMB_STATUS_COMPLETED)
       throw std::runtime_error("ipsec-mb: AES-CBC + HMAC seal failed");
-    memcpy(icv, tag, icv_length());
+    memcpy(esp + kCbcCiphertextOffset + length, tag, icv_length());
+  }
+
+  void seal_in_burst(CbcHmacSealBurst& burst, uint8_t* esp, size_t length,
+                     const uint8_t* esn_high) const override {
+    CbcHmacSealBurst::Slot& slot = burst.take_slot(&drain_thread_manager);
+    slot.icv = esp + kCbcCiphertextOffset + length;
+    slot.icv_length = icv_length();
+    IMB_MGR* m = ipsec_mb_thread_hmac_manager();
+    IMB_JOB* job = IMB_GET_NEXT_JOB(m);
+    fill_seal(job, esp, length, esn_high, slot.tag);
+    job->user_data = &slot;
+    // Whatever comes back now is a queued seal, maybe this one: completed on the spot.
+    IMB_JOB* done = IMB_SUBMIT_JOB(m);
+    while (done != nullptr) {
+      complete_queued(done);
+      done = IMB_GET_COMPLETED_JOB(m);
+    }
   }
 
   bool decrypt(uint8_t* esp, size_t length) const override {
@@ -173,10 +211,25 @@ class alignas(64) IpsecMbCbcHmacKey final : public CbcHmacKey {
     job->auth_tag_output_len_in_bytes = 0;
     job->hash_start_src_offset_in_bytes = 0;
     job->msg_len_to_hash_in_bytes = 0;
-    return run_job(m) == IMB_STATUS_COMPLETED;
+    return run_job(m, job) == IMB_STATUS_COMPLETED;
   }
 
  private:
+  // One chained job: CBC over the payload, then the HMAC over header, IV, ciphertext and
+  // the ESN's high half, which waits in the ICV's place (RFC 4303 2.2.1: appended for the
+  // ICV only). The tag goes to `tag`, never straight over the bytes the hash reads.
+  void fill_seal(IMB_JOB* job, uint8_t* esp, size_t length, const uint8_t* esn_high,
+                 uint8_t* tag) const {
+    size_t authenticated = kCbcCiphertextOffset + length;
+    if (esn_high != nullptr) {
+      memcpy(esp + authenticated, esn_high, kEsnHighLength);
+      authenticated += kEsnHighLength;
+    }
+    fill_hash(job, esp, authenticated, tag);
+    fill_cipher(job, esp, length, IMB_DIR_ENCRYPT);
+    job->chain_order = IMB_ORDER_CIPHER_HASH;
+  }
+
   void fill_hash(IMB_JOB* job, const uint8_t* data, size_t length, uint8_t* tag) const {
     job->hash_alg = hash_;
     job->src = data;

@@ -178,12 +178,21 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared) {
   uint8_t* esp = packet.data() + prepared.esp_offset;
   sa.crypto().seal_packet(prepared.sequence, esp, prepared.payload_length);
-  if (prepared.udp6_checksum) {
-    uint8_t* ip = packet.data();
-    uint8_t* udp = ip + kIpv6HeaderLength;
-    const size_t udp_length = packet.size() - kIpv6HeaderLength;
-    store_be16(udp + 6, udp6_checksum(ip + 8, ip + 24, udp, udp_length));
-  }
+  encap_seal_finish(packet, prepared);
+}
+
+void encap_seal_in_burst(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared,
+                         crypto::CbcHmacSealBurst& burst) {
+  uint8_t* esp = packet.data() + prepared.esp_offset;
+  sa.crypto().seal_packet_in_burst(prepared.sequence, esp, prepared.payload_length, burst);
+}
+
+void encap_seal_finish(PacketBuffer& packet, const PreparedEncap& prepared) {
+  if (!prepared.udp6_checksum) return;
+  uint8_t* ip = packet.data();
+  uint8_t* udp = ip + kIpv6HeaderLength;
+  const size_t udp_length = packet.size() - kIpv6HeaderLength;
+  store_be16(udp + 6, udp6_checksum(ip + 8, ip + 24, udp, udp_length));
 }
 
 }  // namespace espgw::esp

@@ -42,6 +42,14 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
 // checksum over IPv6. Safe to call concurrently for different packets of one SA.
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);
 
+// encap_seal for a batch: an AES-CBC SA's packet may wait in `burst` (sharing ipsec-mb's
+// multi-buffer lanes with other packets); an AEAD's is sealed at once. The packet is
+// complete only after burst.flush() and then encap_seal_finish().
+void encap_seal_in_burst(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared,
+                         crypto::CbcHmacSealBurst& burst);
+// What encap_seal does after the cipher and ICV: the outer UDP checksum over IPv6.
+void encap_seal_finish(PacketBuffer& packet, const PreparedEncap& prepared);
+
 // Bytes of headroom encapsulation needs for the SA, and of tailroom for any SA.
 size_t encap_headroom(const SaConfig& config, OuterHeaders outer);
 size_t encap_tailroom();

@@ -116,10 +116,25 @@ void SaCrypto::seal_packet(uint64_t sequence, uint8_t* esp, size_t payload_lengt
     seal(sequence, esp + kEspHeaderLength, payload, payload_length, payload + payload_length);
     return;
   }
-  cbc_hmac_key_->make_iv(sequence, esp + kEspHeaderLength);
   uint8_t esn_high[crypto::kEsnHighLength];
+  cbc_hmac_key_->seal(esp, payload_length, write_cbc_iv(sequence, esp, esn_high));
+}
+
+void SaCrypto::seal_packet_in_burst(uint64_t sequence, uint8_t* esp, size_t payload_length,
+                                    crypto::CbcHmacSealBurst& burst) const {
+  if (key_) {
+    seal_packet(sequence, esp, payload_length);
+    return;
+  }
+  uint8_t esn_high[crypto::kEsnHighLength];
+  cbc_hmac_key_->seal_in_burst(burst, esp, payload_length, write_cbc_iv(sequence, esp, esn_high));
+}
+
+const uint8_t* SaCrypto::write_cbc_iv(uint64_t sequence, uint8_t* esp, uint8_t* esn_high) const {
+  cbc_hmac_key_->make_iv(sequence, esp + kEspHeaderLength);
+  if (!esn_) return nullptr;
   store_be32(esn_high, static_cast<uint32_t>(sequence >> 32));
-  cbc_hmac_key_->seal(esp, payload_length, esn_ ? esn_high : nullptr);
+  return esn_high;
 }
 
 bool SaCrypto::open_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const {

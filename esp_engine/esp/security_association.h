@@ -116,6 +116,9 @@ class SaCrypto {
   // place and writes the ICV after it. An AEAD's IV must be in place already; AES-CBC's
   // is written here (see CbcHmacKey::make_iv).
   void seal_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const;
+  // seal_packet, but AES-CBC's work may wait in `burst` until burst.flush().
+  void seal_packet_in_burst(uint64_t sequence, uint8_t* esp, size_t payload_length,
+                            crypto::CbcHmacSealBurst& burst) const;
   // Verifies the ICV and, only if it matches, decrypts the payload in place.
   [[nodiscard]] bool open_packet(uint64_t sequence, uint8_t* esp, size_t payload_length) const;
 
@@ -127,6 +130,9 @@ class SaCrypto {
                           const uint8_t* icv) const;
 
  private:
+  // AES-CBC: writes the packet's IV; with ESN, the sequence number's high half into
+  // `esn_high` (4 bytes), which it returns (null without ESN) for the ICV's input.
+  const uint8_t* write_cbc_iv(uint64_t sequence, uint8_t* esp, uint8_t* esn_high) const;
   // Writes the 12-byte nonce and the AAD into 16-byte aligned buffers; returns the AAD
   // length.
   size_t build_inputs(uint64_t sequence, const uint8_t* iv, uint8_t* nonce, uint8_t* aad) const;
