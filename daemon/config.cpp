@@ -366,8 +366,12 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
       error("unknown key '" + key + "'");
       continue;
     }
-    if (const char* expected = known->parse(value, state))
+    if (const char* expected = known->parse(value, state)) {
       error("'" + key + "': expected " + expected + ", got '" + std::string(value) + "'");
+      continue;
+    }
+    std::string& written = config.written[key];
+    written += (written.empty() ? "" : "; ") + std::string(value);
   }
   check_combinations(state, result.errors);
   if (!state.have_state_dir) config.state_dir = default_state_dir(path);
@@ -397,6 +401,11 @@ std::string default_state_dir(const std::string& config_path) {
 size_t wan_socket_buffer_bytes(const GatewayConfig& config) {
   return config.socket_buffer_bytes.value_or(config.run_to_completion ? kInlineSocketBufferBytes
                                                                       : kWorkersSocketBufferBytes);
+}
+
+std::chrono::microseconds queue_delay_target_of(const GatewayConfig& config) {
+  return config.queue_delay_target.value_or(
+      config.run_to_completion ? kAutoQueueDelayTarget : std::chrono::microseconds(0));
 }
 
 unsigned wan_reader_count(const GatewayConfig& config) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,6 +116,9 @@ struct GatewayConfig {
   bool allow_core_dumps = false;
   LogLevel log_level = LogLevel::info;
   std::chrono::seconds stats_interval{0};  // 0: no periodic counter log
+  // Every key's value as the file wrote it (repeated keys joined by "; "): a reload
+  // compares them to tell which settings changed (daemon/config_reload.h).
+  std::map<std::string, std::string> written;
 };
 
 struct ConfigResult {
@@ -134,6 +138,10 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
 // The WAN sockets' buffer size `socket-buffer` asks for, with auto resolved by the
 // workers mode.
 size_t wan_socket_buffer_bytes(const GatewayConfig& config);
+
+// The queue-delay gate's target `queue-delay-target-us` asks for, with auto resolved by the
+// workers mode (0: off).
+std::chrono::microseconds queue_delay_target_of(const GatewayConfig& config);
 
 // How many WAN readers `wan-readers` asks for, with 0 resolved against this machine.
 unsigned wan_reader_count(const GatewayConfig& config);

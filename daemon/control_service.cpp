@@ -85,6 +85,8 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   server_.handle("list-policies",
                  [this](const Message&, ConnectionId from) { return list_policies(from); });
   on_plain("stats", &ControlService::stats);
+  on_plain("reload", &ControlService::reload);
+  on("log-level", &ControlService::log_level);
   server_.declare_event("ike-packet");
   server_.declare_event("sa-expire");
   server_.declare_event("acquire");

@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <span>
 #include <string>
 
+#include "daemon/config_reload.h"
 #include "daemon/gateway.h"
 #include "daemon/pending_expiries.h"
 #include "vici_bridge/vici_server.h"
@@ -30,6 +32,8 @@ class ControlService {
 
   void start();
   void stop();
+  // What `reload` (espgwctl reload) runs: main's ConfigReloader. Set before start().
+  void on_reload(std::function<ReloadOutcome()> reload) { reload_ = std::move(reload); }
 
  private:
   using Message = vici::Message;
@@ -58,6 +62,9 @@ class ControlService {
   void stream_or_answer(ConnectionId to, const char* event_name, const char* section_name,
                         const Items& items, const Describe& describe, Message& response);
   Message stats();
+  // Administration (control_admin.cpp): reload espgw.conf, read or set the log level.
+  Message reload();
+  Message log_level(const Message& request);
 
   // False when no connection registered for IKE (no charon attached): the gateway counts
   // the datagram as dropped. A datagram shed for a full backlog (vici::Server's bulk
@@ -76,6 +83,7 @@ class ControlService {
   void forget_charon_state_locked(const char* why);
 
   Gateway& gateway_;
+  std::function<ReloadOutcome()> reload_;
   vici::Server server_;
   const uint64_t instance_;  // tells the plugin whether espgw restarted
 

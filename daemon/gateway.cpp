@@ -67,6 +67,7 @@ Gateway::Gateway(GatewayConfig config)
       flow_seed_(random_seed()),
       ike_limiter_({config_.ike_rate_per_source, config_.ike_rate_global}, random_seed()) {
   set_log_level(config_.log_level);
+  stats_interval_s_.store(config_.stats_interval.count(), std::memory_order_relaxed);
   if (!config_.static_sa_file.empty()) {
     auto file = xfrm::load_static_file(config_.static_sa_file);
     if (!file.config) {
@@ -119,8 +120,7 @@ Gateway::Gateway(GatewayConfig config)
                                      counters_, acquire_raiser_, flow_seed_, running_);
   InboundPath::Settings inbound;
   inbound.udp_port = config_.udp_port;
-  inbound.queue_delay_target = config_.queue_delay_target.value_or(
-      config_.run_to_completion ? kAutoQueueDelayTarget : std::chrono::microseconds(0));
+  inbound.queue_delay_target = queue_delay_target_of(config_);
   inbound.queue_delay_interval = config_.queue_delay_interval;
   inbound_path_ = std::make_unique<InboundPath>(
       inbound, *pipeline_,

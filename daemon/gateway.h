@@ -62,6 +62,13 @@ class Gateway {
   // state (sequence numbers, replay windows, counters) and keep carrying traffic.
   // Returns false, keeping the running configuration, if the file has errors.
   bool reload();
+  // A reload of espgw.conf's settings that change at run time (daemon/config_reload.h):
+  // log-level, stats-interval and the queue-delay gate's. Other fields of `next` are not read.
+  void apply_runtime_settings(const GatewayConfig& next);
+  // stats-interval, as the last reload set it (0: no periodic counter log).
+  std::chrono::seconds stats_interval() const {
+    return std::chrono::seconds(stats_interval_s_.load(std::memory_order_relaxed));
+  }
   void log_counters() const;
   // Applies the SAs' soft and hard lifetimes (bytes, packets, seconds): a soft limit is
   // logged once (static SAs are not rekeyed; with charon it asks for a rekey), a hard
@@ -222,6 +229,7 @@ class Gateway {
   GatewayCounters counters_;
   AcquireRaiser acquire_raiser_{counters_};  // what the TUN readers tell of trapped packets
   std::atomic<bool> running_{false};
+  std::atomic<int64_t> stats_interval_s_{0};
   std::vector<std::thread> threads_;
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "esp/ecn.h"
 #include "esp/wire.h"
@@ -29,6 +30,10 @@ constexpr uint64_t kMaxPlausibleQueueDelayNs = 1'000'000'000;
 InboundPath::InboundPath(Settings settings, pipeline::Pipeline& pipeline, IkeReceiver receive_ike,
                          const std::atomic<bool>& running)
     : settings_(settings),
+      gate_target_ns_(
+          static_cast<uint64_t>(std::chrono::nanoseconds(settings.queue_delay_target).count())),
+      gate_interval_ns_(
+          static_cast<uint64_t>(std::chrono::nanoseconds(settings.queue_delay_interval).count())),
       pipeline_(pipeline),
       receive_ike_(std::move(receive_ike)),
       running_(running) {}
@@ -40,9 +45,13 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
   std::array<pipeline::Packet*, kWanBatch> packets{};
   std::array<io::Datagram, kWanBatch> datagrams{};
   size_t have = 0;
-  io::QueueDelayGate gate(
-      static_cast<uint64_t>(std::chrono::nanoseconds(settings_.queue_delay_target).count()),
-      static_cast<uint64_t>(std::chrono::nanoseconds(settings_.queue_delay_interval).count()));
+  uint32_t gate_generation = gate_generation_.load(std::memory_order_acquire);
+  std::optional<io::QueueDelayGate> gate;
+  auto new_gate = [&] {
+    gate.emplace(gate_target_ns_.load(std::memory_order_relaxed),
+                 gate_interval_ns_.load(std::memory_order_relaxed));
+  };
+  new_gate();
   pipeline_.register_reader();  // a recvmmsg batch reaches a worker together
   while (running_.load(std::memory_order_relaxed)) {
     while (have < kWanBatch) {
@@ -57,6 +66,10 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
     for (size_t i = 0; i < have; ++i) datagrams[i].buffer = &packets[i]->buffer;
     const int received = socket->receive({datagrams.data(), have}, kPollMs);
     if (received <= 0) continue;
+    if (const uint32_t g = gate_generation_.load(std::memory_order_acquire); g != gate_generation) {
+      gate_generation = g;
+      new_gate();
+    }
     // The kernel stamps arrivals with the real-time clock; the gate keeps time with the
     // monotonic one (a clock step must not look like a delay, hence the bound).
     const uint64_t now_real = clock_ns(CLOCK_REALTIME);
@@ -84,7 +97,7 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
         }
       }
       const bool left_empty = i + 1 == received && socket->drained();
-      packet->drop_at_delivery = gate.should_drop(waited, now, left_empty);
+      packet->drop_at_delivery = gate->should_drop(waited, now, left_empty);
       packet->decap.outer_traffic_class = datagrams[i].traffic_class;  // for RFC 6040
       pipeline_.submit_inbound(packet);  // drops are counted by the pipeline or the SA
     }
@@ -95,6 +108,15 @@ void InboundPath::read_wan(io::WanSocket* socket, std::string name) {
     have -= used;
   }
   for (size_t i = 0; i < have; ++i) pipeline_.release(packets[i]);
+}
+
+void InboundPath::set_queue_delay(std::chrono::microseconds target,
+                                  std::chrono::microseconds interval) {
+  gate_target_ns_.store(static_cast<uint64_t>(std::chrono::nanoseconds(target).count()),
+                        std::memory_order_relaxed);
+  gate_interval_ns_.store(static_cast<uint64_t>(std::chrono::nanoseconds(interval).count()),
+                          std::memory_order_relaxed);
+  gate_generation_.fetch_add(1, std::memory_order_release);
 }
 
 // --- 2. Write: the SA's packets, in order, into the TUN device ---

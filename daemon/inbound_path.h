@@ -65,8 +65,15 @@ class InboundPath {
   // stats ("udp0", "raw").
   void read_wan(io::WanSocket* socket, std::string name);
 
+  // A reload's new queue-delay gate settings: each reader starts a new gate with them
+  // before its next batch (a gate's state is per reader and not shared).
+  void set_queue_delay(std::chrono::microseconds target, std::chrono::microseconds interval);
+
  private:
   const Settings settings_;
+  std::atomic<uint64_t> gate_target_ns_;
+  std::atomic<uint64_t> gate_interval_ns_;
+  std::atomic<uint32_t> gate_generation_{0};
   pipeline::Pipeline& pipeline_;
   IkeReceiver receive_ike_;
   const std::atomic<bool>& running_;

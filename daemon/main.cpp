@@ -1,8 +1,8 @@
 // espgw: the userspace ESP gateway daemon.
-//   espgw -c /etc/espgw/espgw.conf
+//   espgw -c /etc/espgw/espgw.conf       (options: daemon_options.h, espgw(8))
 // Signals: SIGTERM/SIGINT stop (the TUN device and its routes are removed; the fail-closed
-// routes and the nftables table stay, see --release), SIGHUP re-reads
-// the static SA file, SIGUSR1 logs every counter.
+// routes and the nftables table stay, see --release), SIGHUP reloads espgw.conf's run-time
+// settings and the static SA file (config_reload.h), SIGUSR1 logs every counter.
 #include <net/if.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -16,7 +16,9 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "daemon/config_reload.h"
 #include "daemon/control_service.h"
+#include "daemon/daemon_options.h"
 #include "daemon/gateway.h"
 #include "daemon/heap_trimmer.h"
 #include "daemon/log.h"
@@ -26,12 +28,6 @@
 using namespace espgw::daemon;
 
 namespace {
-
-void usage() {
-  std::fprintf(stderr,
-               "usage: espgw -c CONFIG_FILE\n       espgw --check -c CONFIG_FILE\n"
-               "       espgw --release -c CONFIG_FILE\n");
-}
 
 // --release: opens the protected destinations again after espgw stopped for good. espgw
 // leaves its fail-closed routes and its nftables table behind on purpose (SIGTERM, crash),
@@ -93,33 +89,16 @@ void apply_core_dump_setting(bool allow) {
 
 int main(int argc, char** argv) {
   forbid_core_dumps();
-  std::string config_path;
-  bool check_only = false;
-  bool release = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "-c" || arg == "--config") && i + 1 < argc) {
-      config_path = argv[++i];
-    } else if (arg == "--check") {
-      check_only = true;
-    } else if (arg == "--release") {
-      release = true;
-    } else {
-      usage();
-      return 2;
-    }
-  }
-  if (config_path.empty()) {
-    usage();
-    return 2;
-  }
+  DaemonOptions options;
+  if (const auto exit_status = parse_daemon_options(argc, argv, options)) return *exit_status;
+  const std::string& config_path = options.config_path;
   auto parsed = parse_gateway_config(config_path);
   if (!parsed.config) {
     for (const auto& error : parsed.errors) std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
-  if (release) return release_fail_closed(*parsed.config);
-  if (check_only) {
+  if (options.release) return release_fail_closed(*parsed.config);
+  if (options.check_only) {
     std::fprintf(stderr, "%s: OK\n", config_path.c_str());
     return 0;
   }
@@ -136,8 +115,11 @@ int main(int argc, char** argv) {
     // charon's plugin and espgwctl connect here; it must hook into the gateway before the
     // readers start.
     std::unique_ptr<ControlService> control;
-    if (!parsed.config->control_socket.empty())
+    ConfigReloader reloader(gateway, config_path, *parsed.config);
+    if (!parsed.config->control_socket.empty()) {
       control = std::make_unique<ControlService>(gateway, parsed.config->control_socket);
+      control->on_reload([&reloader] { return reloader.reload(); });
+    }
     gateway.start();
     if (control) control->start();
     std::unique_ptr<ParallelChildren> parallel;
@@ -146,7 +128,7 @@ int main(int argc, char** argv) {
                                                     parsed.config->parallel_children);
       parallel->start();
     }
-    const auto interval = parsed.config->stats_interval;
+    auto interval = gateway.stats_interval();
     auto next_stats = std::chrono::steady_clock::now() + interval;
     // After charon removed many SAs, what glibc kept of their memory goes back.
     HeapTrimmer heap_trimmer({});
@@ -159,11 +141,15 @@ int main(int argc, char** argv) {
         log(LogLevel::info, "%s: stopping", strsignal(signal));
         break;
       }
-      if (signal == SIGHUP) gateway.reload();
+      if (signal == SIGHUP) reloader.reload();
       if (signal == SIGUSR1) gateway.log_counters();
       gateway.enforce_lifetimes();
       gateway.sync_kernel_firewall();  // the policies' nft rules, when they changed
       heap_trimmer.poll(gateway.sas_retired(), std::chrono::steady_clock::now());
+      if (const auto now_interval = gateway.stats_interval(); now_interval != interval) {
+        interval = now_interval;  // a reload changed it: the next log is one interval away
+        next_stats = std::chrono::steady_clock::now() + interval;
+      }
       if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
         gateway.log_counters();
         next_stats += interval;
