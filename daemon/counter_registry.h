@@ -153,6 +153,11 @@ inline constexpr CounterSection kStatsCounterSections[] = {
 };
 inline constexpr std::string_view kSaDropsSection = "drops";
 
+// The registry's values that are levels, not counts: gauges in the metrics
+// (daemon/metrics_text.h); every other value only grows.
+inline constexpr std::string_view kGaugeCounters[] = {"receive-buffer", "expiries-pending",
+                                                      "in-flight"};
+
 template <typename Source, typename Table>
 void read_counters(const Table& table, const Source& source, NamedCounters& out) {
   for (const auto& counter : table)

@@ -1,20 +1,27 @@
-// espgwctl: shows what a running espgw holds, through its control socket.
-//   espgwctl [--socket PATH] [--json] [status|sas|policies|stats]
+// espgwctl: shows and steers a running espgw through its control socket.
+//   espgwctl [OPTION]... [status|sas|children|policies|stats|metrics|reload|log-level [LEVEL]]
 // status (the default) is sas + stats. --json prints the daemon's answers as JSON objects
 // (sections become objects, lists arrays; counters and other numbers are JSON numbers as
 // daemon/control_schema.h describes them, every other value a string), for scripts.
-// A client of the daemon's control protocol: its tables take the counters' names from the
-// daemon's registry (daemon/counter_registry.h).
-#include <algorithm>
-#include <cctype>
+// --ike and --child keep the SAs of charon's IKE_SAs and CHILD_SAs of those names (asked
+// of charon's VICI socket, espgwctl_charon.h). `metrics` prints every counter as
+// OpenMetrics text (daemon/metrics_text.h, docs/metrics.md). The options and exit
+// statuses are those of docs/man/espgwctl.8.
+#include <getopt.h>
+
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/control_schema.h"
-#include "daemon/counter_registry.h"
+#include "daemon/espgwctl_charon.h"
+#include "daemon/espgwctl_print.h"
+#include "daemon/metrics_text.h"
 #include "vici_bridge/vici_client.h"
 #include "vici_bridge/vici_json.h"
 
@@ -23,178 +30,128 @@ using espgw::vici::Message;
 using espgw::vici::Packet;
 using espgw::vici::Section;
 using espgw::vici::to_json;
+using namespace espgw::ctl;
 
 namespace {
 
 constexpr const char* kDefaultSocket = "/run/espgw/control.sock";
+constexpr const char* kDefaultCharonSocket = "/var/run/charon.vici";
+constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2;
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: espgwctl [--socket PATH] [--json] [status|sas|policies|stats]\n"
-               "  status    SAs (counters, drop reasons), ECMP groups and gateway statistics\n"
-               "  sas       SAs and ECMP groups\n"
-               "  policies  the SPD\n"
-               "  stats     gateway drops, WAN sockets, per-worker load, control socket\n"
-               "default socket: %s\n",
-               kDefaultSocket);
+void print_usage(std::FILE* to) {
+  std::fprintf(
+      to,
+      "Usage: espgwctl [OPTION]... [COMMAND]\n"
+      "Shows and steers a running espgw through its control socket.\n\n"
+      "Commands:\n"
+      "  status           SAs (counters, drop reasons), ECMP groups and statistics (default)\n"
+      "  sas              SAs and ECMP groups\n"
+      "  children         SAs under charon's IKE_SAs and CHILD_SAs, as swanctl --list-sas\n"
+      "  policies         the SPD\n"
+      "  stats            gateway drops, WAN sockets, per-worker load, control socket\n"
+      "  metrics          every counter as OpenMetrics text (node_exporter textfile)\n"
+      "  reload           re-read espgw.conf's run-time settings and the static SA file\n"
+      "  log-level [LVL]  show, or set (error, warn, info, debug), the daemon's log level\n\n"
+      "Options:\n"
+      "  -s, --socket PATH       espgw's control socket (default %s)\n"
+      "  -j, --json              print the answers as JSON, numbers typed\n"
+      "  -i, --ike NAME          only the SAs of charon's IKE_SAs of connection NAME\n"
+      "  -c, --child NAME        only the SAs of charon's CHILD_SAs of child NAME\n"
+      "      --charon-vici PATH  charon's VICI socket for --ike, --child, children\n"
+      "                          (default %s)\n"
+      "      --format FORMAT     metrics: openmetrics (default) or prometheus (text 0.0.4,\n"
+      "                          for node_exporter's textfile collector)\n"
+      "      --no-sa-series      metrics: gateway-wide series only, none per SA\n"
+      "  -h, --help              show this help and exit\n"
+      "  -V, --version           show the version and exit\n\n"
+      "Exit status: 0 success, 1 the daemon (or charon) could not be reached or refused the\n"
+      "command, 2 bad command line. See espgwctl(8).\n",
+      kDefaultSocket, kDefaultCharonSocket);
 }
 
-std::string value_or(const Section& section, const char* key, const char* fallback = "-") {
-  const std::string* value = section.value(key);
-  return value ? *value : fallback;
-}
+struct Options {
+  std::string socket = kDefaultSocket;
+  std::string charon_vici = kDefaultCharonSocket;
+  std::string command = "status";
+  std::string argument;  // log-level's level
+  std::string ike, child;
+  bool json = false;
+  bool sa_series = true;
+  espgw::daemon::MetricsFormat format = espgw::daemon::MetricsFormat::openmetrics;
+};
 
-// Columns sized to their widest cell.
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (widths.size() <= i) widths.push_back(0);
-      widths[i] = std::max(widths[i], row[i].size());
-    }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
+const std::set<std::string> kCommands = {"status", "sas",     "children", "policies",
+                                         "stats",  "metrics", "reload",   "log-level"};
 
-std::string upper(std::string_view name) {
-  std::string text(name);
-  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return text;
-}
-
-// The SAs' counters: outbound's, then inbound's that outbound lacks; "-" where an SA has none.
-std::vector<std::string_view> sa_counter_names() {
-  std::vector<std::string_view> names;
-  for (const auto& c : espgw::daemon::kOutboundSaCounters) names.push_back(c.name);
-  for (const auto& c : espgw::daemon::kInboundSaCounters)
-    if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);
-  return names;
-}
-
-void print_sas(const Message& response) {
-  const Section* sas = response.section("sas");
-  const std::vector<std::string_view> counters = sa_counter_names();
-  std::vector<std::string> header = {"SPI", "DIR",       "ORIGIN", "SRC",
-                                     "DST", "ALGORITHM", "ENCAP",  "REQID"};
-  for (const auto name : counters) header.push_back(upper(name));
-  for (const char* column : {"IDLE-MS", "LIFETIME", "DROPS"}) header.push_back(column);
-  std::vector<std::vector<std::string>> rows = {header};
-  if (sas) {
-    for (const auto& entry : sas->entries()) {
-      if (entry.kind != Section::Kind::section) continue;
-      const Section& sa = *entry.child;
-      std::string drops;
-      if (const Section* reasons = sa.section(std::string(espgw::daemon::kSaDropsSection)))
-        for (const auto& reason : reasons->entries())
-          drops += (drops.empty() ? "" : ",") + reason.name + "=" + reason.value;
-      // ESP in UDP with its ports: what NAT-T (a NAT's port, a float) set.
-      std::string encap = value_or(sa, "encap");
-      if (sa.value("src-port") && sa.value("dst-port"))
-        encap += " " + value_or(sa, "src-port") + ":" + value_or(sa, "dst-port");
-      std::vector<std::string> row = {value_or(sa, "spi"),
-                                      value_or(sa, "direction"),
-                                      value_or(sa, "origin"),
-                                      value_or(sa, "src"),
-                                      value_or(sa, "dst"),
-                                      value_or(sa, "algorithm"),
-                                      encap,
-                                      value_or(sa, "reqid")};
-      for (const auto name : counters) row.push_back(value_or(sa, std::string(name).c_str()));
-      row.push_back(value_or(sa, "idle-ms"));
-      row.push_back(value_or(sa, "lifetime"));
-      row.push_back(drops.empty() ? "-" : drops);
-      rows.push_back(std::move(row));
-    }
-  }
-  std::printf("Security associations: %zu\n", rows.size() - 1);
-  print_table(rows);
-  if (const Section* groups = response.section("groups")) {
-    std::printf("\nECMP groups (outbound SAs that flows are hashed over, by reqid):\n");
-    std::vector<std::vector<std::string>> group_rows = {{"REQID", "MEMBERS"}};
-    for (const auto& entry : groups->entries()) {
-      if (entry.kind != Section::Kind::section) continue;
-      std::string members;
-      if (const auto* list = entry.child->list("members"))
-        for (const auto& spi : *list) members += (members.empty() ? "" : " ") + spi;
-      group_rows.push_back({entry.name, members.empty() ? "(empty)" : members});
-    }
-    print_table(group_rows);
-  }
-}
-
-void print_policies(const Message& response) {
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "DIR", "LOCAL", "REMOTE", "PROTO", "PRIORITY", "ACTION", "REQID"}};
-  if (const Section* policies = response.section("policies"))
-    for (const auto& entry : policies->entries()) {
-      if (entry.kind != Section::Kind::section) continue;
-      const Section& p = *entry.child;
-      rows.push_back({entry.name, value_or(p, "direction"), value_or(p, "local"),
-                      value_or(p, "remote"), value_or(p, "protocol"), value_or(p, "priority"),
-                      value_or(p, "action"), value_or(p, "reqid")});
-    }
-  std::printf("Policies: %zu\n", rows.size() - 1);
-  print_table(rows);
-}
-
-void print_counters(const Section& response, std::string_view name, std::string_view title) {
-  const Section* section = response.section(std::string(name));
-  std::printf("%.*s:", static_cast<int>(title.size()), title.data());
-  bool any = false;
-  if (section)
-    for (const auto& entry : section->entries())
-      if (entry.kind == Section::Kind::value) {
-        std::printf(" %s=%s", entry.name.c_str(), entry.value.c_str());
-        any = true;
-      }
-  std::printf("%s\n", any ? "" : " none");
-}
-
-void print_stats(const Message& response) {
-  std::printf("TUN %s, mtu %s%s, lan mtu %s, crypto %s, charon %s\n",
-              value_or(response, "tun").c_str(), value_or(response, "tunnel-mtu").c_str(),
-              response.boolean("jumbo-segments").value_or(false) ? " (jumbo segments)" : "",
-              value_or(response, "lan-mtu").c_str(), value_or(response, "crypto-backend").c_str(),
-              response.boolean("charon-attached").value_or(false) ? "attached" : "not attached");
-  for (const auto& counter : espgw::daemon::kGatewayCounters)
-    if (counter.place == espgw::daemon::StatusPlace::top)
-      std::printf("%.*s (%.*s): %s\n", static_cast<int>(counter.name.size()), counter.name.data(),
-                  static_cast<int>(counter.help.size()), counter.help.data(),
-                  value_or(response, std::string(counter.name).c_str()).c_str());
-  std::printf("receive steering (RPS) on the TUN device: %s\n",
-              value_or(response, "tun-rps").c_str());
-  if (const auto* addresses = response.list("local-addresses")) {
-    std::string text;
-    for (const auto& address : *addresses) text += (text.empty() ? "" : ", ") + address;
-    std::printf("local addresses (aN-: the prefix of that address's socket counters): %s\n",
-                text.c_str());
-  }
-  for (const auto& section : espgw::daemon::kStatsCounterSections)
-    if (section.key != "workers") print_counters(response, section.key, section.title);
-  std::vector<std::vector<std::string>> rows = {{"WORKER", "PACKETS", "SHARE"}};
-  if (const Section* workers = response.section("workers")) {
-    double total = 0;
-    for (const auto& entry : workers->entries()) total += std::strtod(entry.value.c_str(), nullptr);
-    for (const auto& entry : workers->entries()) {
-      char share[16];
-      std::snprintf(share, sizeof share, "%.1f%%",
-                    total > 0 ? 100.0 * std::strtod(entry.value.c_str(), nullptr) / total : 0.0);
-      rows.push_back({entry.name, entry.value, share});
+// nullopt: go on; else the exit status.
+std::optional<int> parse_options(int argc, char** argv, Options& options) {
+  enum { kCharonVici = 256, kFormat, kNoSaSeries };
+  static const option kLong[] = {{"socket", required_argument, nullptr, 's'},
+                                 {"json", no_argument, nullptr, 'j'},
+                                 {"ike", required_argument, nullptr, 'i'},
+                                 {"child", required_argument, nullptr, 'c'},
+                                 {"charon-vici", required_argument, nullptr, kCharonVici},
+                                 {"format", required_argument, nullptr, kFormat},
+                                 {"no-sa-series", no_argument, nullptr, kNoSaSeries},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {"version", no_argument, nullptr, 'V'},
+                                 {nullptr, 0, nullptr, 0}};
+  for (int c; (c = getopt_long(argc, argv, "s:ji:c:hV", kLong, nullptr)) != -1;) {
+    switch (c) {
+      case 's':
+        options.socket = optarg;
+        break;
+      case 'j':
+        options.json = true;
+        break;
+      case 'i':
+        options.ike = optarg;
+        break;
+      case 'c':
+        options.child = optarg;
+        break;
+      case kCharonVici:
+        options.charon_vici = optarg;
+        break;
+      case kNoSaSeries:
+        options.sa_series = false;
+        break;
+      case kFormat:
+        if (std::strcmp(optarg, "openmetrics") == 0)
+          options.format = espgw::daemon::MetricsFormat::openmetrics;
+        else if (std::strcmp(optarg, "prometheus") == 0)
+          options.format = espgw::daemon::MetricsFormat::prometheus_text;
+        else {
+          std::fprintf(stderr, "espgwctl: --format is openmetrics or prometheus\n");
+          return kExitUsage;
+        }
+        break;
+      case 'h':
+        print_usage(stdout);
+        return kExitOk;
+      case 'V':
+        std::printf("espgwctl %s\n", ESPGW_VERSION);
+        return kExitOk;
+      default:
+        std::fprintf(stderr, "Try 'espgwctl --help' for more information.\n");
+        return kExitUsage;
     }
   }
-  if (rows.size() == 1) {
-    // No workers: the gateway runs `workers = inline`, its readers do the crypto.
-    std::printf("per-worker load: no workers (readers run to completion)\n");
-    return;
+  if (optind < argc) {
+    options.command = argv[optind++];
+    if (!kCommands.count(options.command)) {
+      std::fprintf(stderr, "espgwctl: unknown command '%s'\nTry 'espgwctl --help'.\n",
+                   options.command.c_str());
+      return kExitUsage;
+    }
+    if (options.command == "log-level" && optind < argc) options.argument = argv[optind++];
   }
-  std::printf("per-worker load:\n");
-  print_table(rows);
+  if (optind < argc) {
+    std::fprintf(stderr, "espgwctl: unexpected argument '%s'\nTry 'espgwctl --help'.\n",
+                 argv[optind]);
+    return kExitUsage;
+  }
+  return std::nullopt;
 }
 
 // list-sas and list-policies stream one event per entry (a gateway with thousands of SAs
@@ -226,52 +183,157 @@ Message list_or_request(Client& client, const std::string& command) {
   return gathered;
 }
 
+// The SAs charon's IKE_SAs and CHILD_SAs of the --ike/--child names hold: (SPI, direction).
+std::set<std::pair<std::string, std::string>> named_spis(const std::vector<CharonIkeSa>& sas) {
+  std::set<std::pair<std::string, std::string>> spis;
+  for (const auto& ike : sas)
+    for (const auto& child : ike.children) {
+      spis.insert({child.spi_in, "in"});
+      spis.insert({child.spi_out, "out"});
+    }
+  return spis;
+}
+
+// list-sas's answer with only the SAs in `keep`.
+Message only_sas(const Message& answer, const std::set<std::pair<std::string, std::string>>& keep) {
+  Message kept;
+  for (const auto& entry : answer.entries()) {
+    if (entry.kind == Section::Kind::section && entry.name == "sas") {
+      Section& sas = kept.add_section("sas");
+      for (const auto& sa : entry.child->entries()) {
+        if (sa.kind != Section::Kind::section) continue;
+        const std::string spi = value_or(*sa.child, "spi");
+        if (keep.count({spi, value_or(*sa.child, "direction")}))
+          sas.add_section(sa.name) = *sa.child;
+      }
+    } else if (entry.kind == Section::Kind::section) {
+      kept.add_section(entry.name) = *entry.child;
+    } else if (entry.kind == Section::Kind::value) {
+      kept.set(entry.name, entry.value);
+    } else {
+      kept.set_list(entry.name, entry.items);
+    }
+  }
+  return kept;
+}
+
+// espgw's SAs under charon's IKE_SAs and CHILD_SAs, as swanctl --list-sas shows them.
+void print_children(const std::vector<CharonIkeSa>& charon, const Message& list_sas) {
+  std::map<std::pair<std::string, std::string>, const Section*> by_spi;
+  if (const Section* sas = list_sas.section("sas"))
+    for (const auto& entry : sas->entries())
+      if (entry.kind == Section::Kind::section)
+        by_spi[{value_or(*entry.child, "spi"), value_or(*entry.child, "direction")}] =
+            entry.child.get();
+  for (const auto& ike : charon) {
+    std::printf("%s: #%s, %s, %s === %s\n", ike.name.c_str(), ike.uniqueid.c_str(),
+                ike.state.c_str(), ike.local_host.c_str(), ike.remote_host.c_str());
+    for (const auto& child : ike.children) {
+      std::printf("  %s: #%s, %s, SPIs %s_i %s_o\n", child.name.c_str(), child.uniqueid.c_str(),
+                  child.state.c_str(), child.spi_in.c_str(), child.spi_out.c_str());
+      std::vector<std::vector<std::string>> rows = {sa_header()};
+      for (const auto& key : {std::pair{child.spi_in, std::string("in")},
+                              std::pair{child.spi_out, std::string("out")}})
+        if (const auto found = by_spi.find(key); found != by_spi.end())
+          rows.push_back(sa_row(*found->second));
+      if (rows.size() == 1) {
+        std::printf("    (not installed in espgw)\n");
+        continue;
+      }
+      for (auto& row : rows) row.insert(row.begin(), "   ");
+      print_table(rows);
+    }
+  }
+}
+
+void print_json(const std::map<std::string, Message>& answers) {
+  if (answers.size() == 1) {
+    const std::string& request = answers.begin()->first;
+    const auto is_number = [&](const std::vector<std::string>& path) {
+      return espgw::daemon::is_number(request, path);
+    };
+    std::printf("%s\n", to_json(answers.begin()->second, is_number).c_str());
+    return;
+  }
+  Message combined;
+  for (const auto& [name, answer] : answers) combined.add_section(name) = answer;
+  // The first name is the request the rest of the path is an answer of.
+  const auto is_number = [](const std::vector<std::string>& path) {
+    return path.size() > 1 && espgw::daemon::is_number(path[0], {path.begin() + 1, path.end()});
+  };
+  std::printf("%s\n", to_json(combined, is_number).c_str());
+}
+
+// reload and log-level: the answer, or its errmsg and exit status 1.
+int administer(Client& client, const Options& options) {
+  Message arguments;
+  if (options.command == "log-level" && !options.argument.empty())
+    arguments.set("level", options.argument);
+  const Message answer = client.request(options.command, arguments);
+  if (options.json) {
+    std::printf("%s\n",
+                to_json(answer, [](const std::vector<std::string>&) { return false; }).c_str());
+  } else if (options.command == "log-level") {
+    if (const std::string* level = answer.value("level"))
+      std::printf("log level %s\n", level->c_str());
+  } else {
+    auto show = [&](const char* key, const char* title) {
+      if (const auto* items = answer.list(key); items && !items->empty()) {
+        std::printf("%s:", title);
+        for (const auto& item : *items) std::printf(" %s", item.c_str());
+        std::printf("\n");
+      }
+    };
+    show("applied", "applied");
+    show("need-restart", "changed, effective at the next restart (old value kept)");
+    show("errors", "errors");
+  }
+  if (answer.boolean("success").value_or(false)) return kExitOk;
+  const std::string* why = answer.value("errmsg");
+  std::fprintf(stderr, "espgwctl: %s\n", why ? why->c_str() : "the daemon refused");
+  return kExitFailure;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string socket = kDefaultSocket;
-  std::string command = "status";
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "--socket" || arg == "-s") && i + 1 < argc) {
-      socket = argv[++i];
-    } else if (arg == "--json" || arg == "-j") {
-      json = true;
-    } else if (arg == "status" || arg == "sas" || arg == "policies" || arg == "stats") {
-      command = arg;
-    } else {
-      usage();
-      return 2;
-    }
-  }
+  Options options;
+  if (const auto exit_status = parse_options(argc, argv, options)) return *exit_status;
   try {
-    Client client(socket);
+    Client client(options.socket);
+    if (options.command == "reload" || options.command == "log-level")
+      return administer(client, options);
+    const bool named = !options.ike.empty() || !options.child.empty();
+    std::vector<CharonIkeSa> charon;
+    if (named || options.command == "children")
+      charon = charon_sas(options.charon_vici, options.ike, options.child);
     std::map<std::string, Message> answers;
+    const std::string& command = options.command;
     const std::vector<std::string> requests =
-        command == "status"     ? std::vector<std::string>{"list-sas", "stats"}
-        : command == "sas"      ? std::vector<std::string>{"list-sas"}
-        : command == "policies" ? std::vector<std::string>{"list-policies"}
-                                : std::vector<std::string>{"stats"};
+        command == "status"                         ? std::vector<std::string>{"list-sas", "stats"}
+        : command == "sas" || command == "children" ? std::vector<std::string>{"list-sas"}
+        : command == "policies"                     ? std::vector<std::string>{"list-policies"}
+        : command == "metrics" && options.sa_series ? std::vector<std::string>{"stats", "list-sas"}
+                                                    : std::vector<std::string>{"stats"};
     for (const auto& request : requests) answers[request] = list_or_request(client, request);
-    if (json) {
-      if (answers.size() == 1) {
-        const std::string& request = answers.begin()->first;
-        const auto is_number = [&](const std::vector<std::string>& path) {
-          return espgw::daemon::is_number(request, path);
-        };
-        std::printf("%s\n", to_json(answers.begin()->second, is_number).c_str());
-      } else {
-        Message combined;
-        for (const auto& [name, answer] : answers) combined.add_section(name) = answer;
-        // The first name is the request the rest of the path is an answer of.
-        const auto is_number = [](const std::vector<std::string>& path) {
-          return path.size() > 1 &&
-                 espgw::daemon::is_number(path[0], {path.begin() + 1, path.end()});
-        };
-        std::printf("%s\n", to_json(combined, is_number).c_str());
-      }
-      return 0;
+    if (named && answers.count("list-sas"))
+      answers["list-sas"] = only_sas(answers["list-sas"], named_spis(charon));
+    if (command == "metrics") {
+      const auto sas = answers.find("list-sas");
+      std::fputs(
+          espgw::daemon::metrics_text(answers["stats"],
+                                      sas == answers.end() ? nullptr : &sas->second, options.format)
+              .c_str(),
+          stdout);
+      return kExitOk;
+    }
+    if (options.json) {
+      print_json(answers);
+      return kExitOk;
+    }
+    if (command == "children") {
+      print_children(charon, answers["list-sas"]);
+      return kExitOk;
     }
     if (answers.count("list-sas")) print_sas(answers["list-sas"]);
     if (answers.count("list-policies")) print_policies(answers["list-policies"]);
@@ -281,7 +343,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "espgwctl: %s\n", error.what());
-    return 1;
+    return kExitFailure;
   }
-  return 0;
+  return kExitOk;
 }
