@@ -19,6 +19,8 @@ packages=(
   wireguard-go wireguard-tools                    # site-to-site benchmark baseline
   linux-perf                                      # BENCH_PROFILE=1: where the CPU goes
   valgrind                                        # bench/count_pipeline_costs.sh
+  groff-base                                      # renders the man pages (docs/man) in a test
+  python3-prometheus-client                       # parses espgwctl metrics in a test
 )
 
 missing=()

@@ -1,5 +1,6 @@
 // espgw.conf parsing: every key, and every bad line reported as FILE:LINE.
 #include "daemon/config.h"
+#include "daemon/config_reload.h"
 
 #include <gtest/gtest.h>
 
@@ -308,3 +309,20 @@ TEST(GatewayConfig, LocalAddressesListAndRepeated) {
 
 }  // namespace
 }  // namespace espgw::daemon
+
+namespace {
+
+// What a reload compares: the keys as written, a key set in one file only counting as changed.
+TEST(ConfigReload, ChangedKeysComparesTheWrittenValues) {
+  const std::string base =
+      "local-address = 192.0.2.1\nstatic-sa-file = s.conf\nstate-dir = st\nworkers = 2\n";
+  const auto a = espgw::daemon::parse_gateway_config_text(base + "log-level = info\n", "/x.conf");
+  const auto b = espgw::daemon::parse_gateway_config_text(
+      base + "log-level = debug\ntun-queues = 2\n", "/x.conf");
+  ASSERT_TRUE(a.config && b.config);
+  EXPECT_EQ(espgw::daemon::changed_keys(*a.config, *a.config), std::vector<std::string>{});
+  EXPECT_EQ(espgw::daemon::changed_keys(*a.config, *b.config),
+            (std::vector<std::string>{"log-level", "tun-queues"}));
+}
+
+}  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -89,3 +90,16 @@ TEST(CounterRegistryTest, NonzeroDropsAndTheirLogFormat) {
 
 }  // namespace
 }  // namespace espgw::daemon
+
+namespace {
+
+// The metrics type these as gauges: each must be a counter of the registry.
+TEST(CounterRegistry, GaugesAreRegistryCounters) {
+  const auto rows = espgw::daemon::all_counters();
+  for (const auto gauge : espgw::daemon::kGaugeCounters)
+    EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [&](const auto& row) {
+      return row.name == gauge;
+    })) << gauge;
+}
+
+}  // namespace
