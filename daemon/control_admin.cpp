@@ -1,6 +1,7 @@
 // The control socket's administration commands, for espgwctl: `reload` re-reads
 // espgw.conf (what SIGHUP does) and answers what it applied and what needs a restart;
-// `log-level` reads the log level, or sets it until the next reload or restart.
+// `log-level` reads the log level, or sets it until the next reload or restart;
+// `reset-counters` makes now the zero point of stats and list-sas (counter_baseline.h).
 #include "daemon/control_service.h"
 #include "daemon/log.h"
 
@@ -42,6 +43,14 @@ vici::Message ControlService::log_level(const Message& request) {
   }
   response.set_bool("success", true);
   response.set("level", kLevelNames[static_cast<int>(daemon::log_level())]);
+  return response;
+}
+
+vici::Message ControlService::reset_counters() {
+  baseline_.reset(gateway_.status(), control_socket_counters());
+  log(LogLevel::info, "counters reset for the control socket's answers (espgwctl)");
+  Message response;
+  response.set_bool("success", true);
   return response;
 }
 

@@ -87,6 +87,7 @@ ControlService::ControlService(Gateway& gateway, const std::string& socket_path)
   on_plain("stats", &ControlService::stats);
   on_plain("reload", &ControlService::reload);
   on("log-level", &ControlService::log_level);
+  on_plain("reset-counters", &ControlService::reset_counters);
   server_.declare_event("ike-packet");
   server_.declare_event("sa-expire");
   server_.declare_event("acquire");
@@ -411,7 +412,8 @@ void ControlService::stream_or_answer(ConnectionId to, const char* event_name,
 }
 
 vici::Message ControlService::list_sas(ConnectionId from) {
-  const GatewayStatus status = gateway_.status();
+  GatewayStatus status = gateway_.status();
+  baseline_.apply(status);
   Message response = success();
   auto describe = [](vici::Section& parent, const SaStatus& sa) {
     auto& section = parent.add_section(spi_text(sa.spi) + "/" + sa.destination.to_string());
@@ -470,8 +472,23 @@ vici::Message ControlService::list_policies(ConnectionId from) {
   return response;
 }
 
+NamedCounters ControlService::control_socket_counters() {
+  ControlSocketStats control;
+  control.server = server_.stats();
+  {
+    std::lock_guard lock(mutex_);
+    control.expiries_pending = pending_expiries_.size();
+    control.expiries_sent_late = expiries_sent_late_;
+    control.expiries_dropped = pending_expiries_.dropped();
+  }
+  NamedCounters socket;
+  read_counters(kControlSocketCounters, control, socket);
+  return socket;
+}
+
 vici::Message ControlService::stats() {
-  const GatewayStatus status = gateway_.status(false);
+  GatewayStatus status = gateway_.status(false);
+  baseline_.apply(status);
   Message response = success();
   response.set("tun", status.tun_name);
   response.set("tunnel-mtu", status.tunnel_mtu);
@@ -495,16 +512,8 @@ vici::Message ControlService::stats() {
   auto& workers = response.add_section("workers");
   for (size_t i = 0; i < status.worker_packets.size(); ++i)
     workers.set(std::to_string(i), status.worker_packets[i]);
-  ControlSocketStats control;
-  control.server = server_.stats();
-  {
-    std::lock_guard lock(mutex_);
-    control.expiries_pending = pending_expiries_.size();
-    control.expiries_sent_late = expiries_sent_late_;
-    control.expiries_dropped = pending_expiries_.dropped();
-  }
-  NamedCounters socket;
-  read_counters(kControlSocketCounters, control, socket);
+  NamedCounters socket = control_socket_counters();
+  baseline_.apply_control_socket(socket);
   add_counters(response, "control-socket", socket);
   return response;
 }

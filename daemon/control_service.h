@@ -14,6 +14,7 @@
 #include <string>
 
 #include "daemon/config_reload.h"
+#include "daemon/counter_baseline.h"
 #include "daemon/gateway.h"
 #include "daemon/pending_expiries.h"
 #include "vici_bridge/vici_server.h"
@@ -62,9 +63,12 @@ class ControlService {
   void stream_or_answer(ConnectionId to, const char* event_name, const char* section_name,
                         const Items& items, const Describe& describe, Message& response);
   Message stats();
-  // Administration (control_admin.cpp): reload espgw.conf, read or set the log level.
+  // Administration (control_admin.cpp): reload espgw.conf, read or set the log level,
+  // set the counters' zero point.
   Message reload();
   Message log_level(const Message& request);
+  Message reset_counters();
+  NamedCounters control_socket_counters();
 
   // False when no connection registered for IKE (no charon attached): the gateway counts
   // the datagram as dropped. A datagram shed for a full backlog (vici::Server's bulk
@@ -84,6 +88,7 @@ class ControlService {
 
   Gateway& gateway_;
   std::function<ReloadOutcome()> reload_;
+  CounterBaseline baseline_;  // reset-counters' zero point for stats and list-sas
   vici::Server server_;
   const uint64_t instance_;  // tells the plugin whether espgw restarted
 

@@ -1,5 +1,6 @@
 // espgwctl: shows and steers a running espgw through its control socket.
-//   espgwctl [OPTION]... [status|sas|children|policies|stats|metrics|reload|log-level [LEVEL]]
+//   espgwctl [OPTION]... [status|sas|children|policies|stats|metrics|reload|log-level [LEVEL]|
+//             reset-counters]
 // status (the default) is sas + stats. --json prints the daemon's answers as JSON objects
 // (sections become objects, lists arrays; counters and other numbers are JSON numbers as
 // daemon/control_schema.h describes them, every other value a string), for scripts.
@@ -51,7 +52,9 @@ void print_usage(std::FILE* to) {
       "  stats            gateway drops, WAN sockets, per-worker load, control socket\n"
       "  metrics          every counter as OpenMetrics text (node_exporter textfile)\n"
       "  reload           re-read espgw.conf's run-time settings and the static SA file\n"
-      "  log-level [LVL]  show, or set (error, warn, info, debug), the daemon's log level\n\n"
+      "  log-level [LVL]  show, or set (error, warn, info, debug), the daemon's log level\n"
+      "  reset-counters   count from zero in what espgwctl shows (not in charon's lifetimes,\n"
+      "                   swanctl or the counter log)\n\n"
       "Options:\n"
       "  -s, --socket PATH       espgw's control socket (default %s)\n"
       "  -j, --json              print the answers as JSON, numbers typed\n"
@@ -80,8 +83,8 @@ struct Options {
   espgw::daemon::MetricsFormat format = espgw::daemon::MetricsFormat::openmetrics;
 };
 
-const std::set<std::string> kCommands = {"status", "sas",     "children", "policies",
-                                         "stats",  "metrics", "reload",   "log-level"};
+const std::set<std::string> kCommands = {"status",  "sas",    "children",  "policies",      "stats",
+                                         "metrics", "reload", "log-level", "reset-counters"};
 
 // nullopt: go on; else the exit status.
 std::optional<int> parse_options(int argc, char** argv, Options& options) {
@@ -264,7 +267,7 @@ void print_json(const std::map<std::string, Message>& answers) {
   std::printf("%s\n", to_json(combined, is_number).c_str());
 }
 
-// reload and log-level: the answer, or its errmsg and exit status 1.
+// reload, log-level and reset-counters: the answer, or its errmsg and exit status 1.
 int administer(Client& client, const Options& options) {
   Message arguments;
   if (options.command == "log-level" && !options.argument.empty())
@@ -273,6 +276,8 @@ int administer(Client& client, const Options& options) {
   if (options.json) {
     std::printf("%s\n",
                 to_json(answer, [](const std::vector<std::string>&) { return false; }).c_str());
+  } else if (options.command == "reset-counters") {
+    std::printf("counters reset\n");
   } else if (options.command == "log-level") {
     if (const std::string* level = answer.value("level"))
       std::printf("log level %s\n", level->c_str());
@@ -301,7 +306,8 @@ int main(int argc, char** argv) {
   if (const auto exit_status = parse_options(argc, argv, options)) return *exit_status;
   try {
     Client client(options.socket);
-    if (options.command == "reload" || options.command == "log-level")
+    if (options.command == "reload" || options.command == "log-level" ||
+        options.command == "reset-counters")
       return administer(client, options);
     const bool named = !options.ike.empty() || !options.child.empty();
     std::vector<CharonIkeSa> charon;

@@ -95,6 +95,15 @@ EOP
 check "--json stats carries typed numbers" bash -c \
   "'${CTL[0]}' --socket '$SOCK' --json stats | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); assert isinstance(d[\"sas\"], int) and isinstance(d[\"control-socket\"][\"connections\"], int), d'"
 
+# reset-counters: espgwctl's answers count from the reset (here the control socket's own
+# commands, many by now), the daemon's counters do not change.
+commands() { "${CTL[@]}" --json stats | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["control-socket"]["commands"])'; }
+before=$(commands)
+check "reset-counters answers" bash -c "'${CTL[0]}' --socket '$SOCK' reset-counters | grep -qx 'counters reset'"
+after=$(commands)
+if ((before >= 5 && after <= 3)); then pass "stats count from the reset ($before commands before, $after after)"
+else fail "reset-counters: $before commands before, $after after"; fi
+
 # The log level at run time.
 check "log-level debug is set" bash -c "'${CTL[0]}' --socket '$SOCK' log-level debug | grep -qx 'log level debug'"
 check "log-level reads it back" bash -c "'${CTL[0]}' --socket '$SOCK' log-level | grep -qx 'log level debug'"
