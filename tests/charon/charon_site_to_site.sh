@@ -170,6 +170,25 @@ check_espgwctl() {
     pass "espgwctl shows charon's SAs, the ECMP group, per-worker load, the LAN MTU and RPS"
   else fail "espgwctl output:"; cat "$WORK/espgwctl.txt"; fi
   check "espgwctl --json parses and lists 2 charon SAs" sas_equal a 2
+  check_espgwctl_names
+}
+
+# espgwctl asks charon for the names (as swanctl --list-sas --ike does): the connection's
+# and child's SAs are espgw's two, another name has none, and `children` shows both SAs
+# under their CHILD_SA and IKE_SA.
+check_espgwctl_names() {
+  local vici=(--charon-vici "$WORK/charon-a.vici") named
+  named=$(espgwctl_on a "${vici[@]}" --ike s2s --child net --json sas |
+    /usr/bin/python3 -c 'import json, sys; print(len(json.load(sys.stdin).get("sas", {})))')
+  check "espgwctl --ike s2s --child net keeps the 2 SAs" test "$named" = 2
+  check "espgwctl --ike with another name keeps none" \
+    bash -c "'$ESPGWCTL' --socket '$WORK/espgw-a.ctl' ${vici[*]} --ike nosuch sas | grep -qx 'Security associations: 0'"
+  espgwctl_on a "${vici[@]}" children --ike s2s >"$WORK/children.txt" 2>&1 || true
+  if grep -q '^s2s: #[0-9]*, ESTABLISHED' "$WORK/children.txt" &&
+     grep -q '^  net: #[0-9]*, INSTALLED' "$WORK/children.txt" &&
+     [[ $(grep -c ' charon ' "$WORK/children.txt") -eq 2 ]]; then
+    pass "espgwctl children shows the CHILD_SA's 2 SAs under its IKE_SA"
+  else fail "espgwctl children:"; cat "$WORK/children.txt"; fi
 }
 
 check_terminate() {
