@@ -139,5 +139,10 @@ status=0
 [[ $status -eq 1 ]] && grep -q "no-charon.vici" "$WORK/ike.out" &&
   pass "--ike without charon fails naming its socket" || { fail "--ike without charon: $status"; cat "$WORK/ike.out"; }
 
+kill -TERM "$PID"
+status=0; wait "$PID" || status=$?
+PID=
+[[ $status -eq 0 ]] && pass "espgw stops on SIGTERM with exit status 0" || fail "espgw exited $status"
+if grep -q "Sanitizer" "$LOG"; then fail "a sanitizer reported:"; grep -A20 Sanitizer "$LOG"; fi
 if grep -q "$key" "$LOG"; then fail "the key appears in the log"; fi
 [[ $failures -eq 0 ]]
