@@ -67,12 +67,19 @@
 // Extra flags (besides Google Benchmark's):
 //   --pipeline_summary_out=FILE  also write the summary to FILE
 //   --pipeline_workers=LIST      worker counts, e.g. 1,2,4,8 (default 1..hardware threads)
+//   --pipeline_sas=LIST          SA counts of the pipeline cases, e.g. 1,2,4 (default 1,64)
 //   --pipeline_batch=N           packets fed per iteration (default 256)
 //   --pipeline_pool=N            pool packets (default 8192)
 //   --pipeline_reorder_hold_us=N inbound reorder hold time (default: the pipeline's 1000)
 //   --pipeline_reorder_capacity=N inbound reorder window per SA (default: the pipeline's 512)
 //   --pipeline_assist=N          submitter assist threshold (0: off; default: the pipeline's)
 //   --pipeline_pin               pin workers to CPUs (PipelineConfig::pin_workers)
+//   --pipeline_time_serial       time the sections one SA serialises (util/serial_sections.h):
+//                                counters serial_<section>_{hold_ns,acquire_ns,handovers}
+//                                per packet, and a summary table with the serial time per
+//                                packet and the speed-up it allows on more cores (Amdahl)
+//   --pipeline_transfer_ns=N     the cache-line transfer the serial model assumes (default:
+//                                half the bounce round trip measured in the run)
 //   --pipeline_strict_order      fail on any order violation, even one the reorder buffer
 //                                accounts for as a late release (see below)
 //   --pipeline_time_crypto       time every seal and open (bench/timed_crypto.h): counter
@@ -112,6 +119,17 @@ bool parse_own_flags(int& argc, char** argv, std::string& summary_out) {
         g_workers.push_back(static_cast<unsigned>(n));
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
       }
+    } else if (arg.starts_with("--pipeline_sas=")) {
+      std::string_view list = value();
+      while (!list.empty()) {
+        const size_t comma = list.find(',');
+        if (!parse_unsigned(list.substr(0, comma), n) || n == 0 || n > 4096) {
+          std::cerr << "--pipeline_sas: a comma-separated list of SA counts (1..4096)\n";
+          return false;
+        }
+        g_sa_counts.push_back(static_cast<uint32_t>(n));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
     } else if (arg.starts_with("--pipeline_batch=")) {
       if (!parse_unsigned(value(), n) || n == 0) {
         std::cerr << "--pipeline_batch must be a positive number\n";
@@ -141,6 +159,14 @@ bool parse_own_flags(int& argc, char** argv, std::string& summary_out) {
       g_reorder_capacity = n;
     } else if (arg == "--pipeline_time_crypto") {
       g_time_crypto = true;
+    } else if (arg.starts_with("--pipeline_transfer_ns=")) {
+      if (!parse_unsigned(value(), n) || n == 0) {
+        std::cerr << "--pipeline_transfer_ns must be a positive number\n";
+        return false;
+      }
+      g_transfer_ns = static_cast<double>(n);
+    } else if (arg == "--pipeline_time_serial") {
+      g_time_serial = true;
     } else if (arg == "--pipeline_strict_order") {
       g_strict_order = true;
     } else if (arg == "--pipeline_pin") {
@@ -164,10 +190,14 @@ int main(int argc, char** argv) {
     const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     for (unsigned w = 1; w <= cpus; ++w) g_workers.push_back(w);
   }
+  if (g_sa_counts.empty()) g_sa_counts = {1, 64};
+  std::sort(g_sa_counts.begin(), g_sa_counts.end());
+  g_sa_counts.erase(std::unique(g_sa_counts.begin(), g_sa_counts.end()), g_sa_counts.end());
   std::sort(g_workers.begin(), g_workers.end());
   g_workers.erase(std::unique(g_workers.begin(), g_workers.end()), g_workers.end());
   if (g_workers.front() != 1) g_workers.insert(g_workers.begin(), 1);  // scaling needs 1
 
+  if (g_time_serial) espgw::serial_sections::set_enabled(true);
   raw_manager();
   benchmark::AddCustomContext("ipsec_mb_version", imb_get_version_str());
   benchmark::AddCustomContext("ipsec_mb_arch", arch_name(g_arch));
@@ -183,10 +213,10 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(raw_threads_name(w).c_str(), raw_roundtrip)
           ->Threads(static_cast<int>(w))
           ->UseRealTime();
-  for (const uint32_t sas : kSaCounts)
+  for (const uint32_t sas : g_sa_counts)
     benchmark::RegisterBenchmark(floor_name(sas).c_str(), engine_floor, sas)->UseRealTime();
   benchmark::RegisterBenchmark(kHandoffNames[0], handoff_round_trip)->UseRealTime();
-  for (const uint32_t sas : kSaCounts) {
+  for (const uint32_t sas : g_sa_counts) {
     std::vector<unsigned> cases = g_workers;
     cases.insert(cases.begin(), 0);  // run to completion: the feeder alone
     for (const unsigned w : cases)

@@ -52,6 +52,7 @@
 #include "timed_crypto.h"
 #include "util/byte_order.h"
 #include "util/clock.h"
+#include "util/serial_sections.h"
 
 namespace pipeline_benchmark {
 
@@ -78,6 +79,8 @@ inline std::optional<unsigned> g_reorder_hold_us;
 inline std::optional<size_t> g_reorder_capacity;
 inline std::optional<size_t> g_assist_threshold;
 inline bool g_pin = false;
+inline bool g_time_serial = false;  // --pipeline_time_serial
+inline std::optional<double> g_transfer_ns;  // --pipeline_transfer_ns
 inline bool g_strict_order = false;
 inline bool g_time_crypto = false;
 
@@ -178,7 +181,8 @@ inline const char* const kHandoffNames[] = {"handoff/cache_line_round_trip/befor
 inline std::string raw_threads_name(unsigned threads) {
   return kRawName + "/parallel:" + std::to_string(threads);
 }
-inline constexpr uint32_t kSaCounts[] = {1, 64};
+// SA counts of the pipeline cases (--pipeline_sas); 1 and 64 unless told.
+inline std::vector<uint32_t> g_sa_counts;
 inline const char* const kReorderNames[] = {
     "reorder/inbound/in_order", "reorder/inbound/shuffled64", "reorder/outbound/in_order",
     "reorder/outbound/shuffled64"};

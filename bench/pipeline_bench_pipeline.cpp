@@ -353,6 +353,8 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
     });
 
   pipeline.register_reader();  // the feeder is a reader: it completes every batch
+  namespace serial = espgw::serial_sections;
+  if (g_time_serial) serial::reset();
   const uint64_t cpu_start = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   const uint64_t feeder_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t cipher_start = cipher_cycles();
@@ -388,6 +390,7 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   // Workers have finished every packet by now (wait_idle above), and threads that went
   // keep their accounts: the sum covers the whole run.
   const uint64_t cipher_cycles_taken = cipher_cycles() - cipher_start;
+  const serial::Totals serial_totals = g_time_serial ? serial::totals() : serial::Totals{};
 
   const uint64_t delivered = rig.totals.delivered.packets();
   const uint64_t dropped = rig.dropped(feeder_drops());
@@ -449,6 +452,21 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
         C(packets > 0 ? static_cast<double>(cipher_cycles_taken) /
                             espgw::bench::CryptoClock::instance().ticks_per_ns() / packets
                       : 0);
+  if (g_time_serial && packets > 0) {
+    const double ticks_per_ns = serial::ticks_per_ns();
+    for (size_t s = 0; s < serial::kSections; ++s) {
+      const std::string prefix =
+          std::string("serial_") + serial::name(static_cast<serial::Section>(s)) + "_";
+      state.counters[prefix + "hold_ns"] =
+          C(static_cast<double>(serial_totals.hold_cycles[s]) / ticks_per_ns / packets);
+      state.counters[prefix + "acquire_ns"] =
+          C(static_cast<double>(serial_totals.acquire_cycles[s]) / ticks_per_ns / packets);
+      state.counters[prefix + "handovers"] =
+          C(static_cast<double>(serial_totals.handovers[s]) / packets);
+      state.counters[prefix + "entries"] =
+          C(static_cast<double>(serial_totals.entries[s]) / packets);
+    }
+  }
   state.counters["order_violations"] = C(static_cast<double>(violations));
   state.counters["feeder_wait"] = C(static_cast<double>(wait_ns) / 1e9, C::kIsRate);
   state.counters["drops"] = C(static_cast<double>(dropped));

@@ -21,7 +21,7 @@ std::string format(const char* fmt, ...) {
 void print_cipher_split(const CollectingReporter& r, std::optional<double> raw_ns,
                         std::ostream& out) {
   std::vector<std::string> names;
-  for (const uint32_t sas : kSaCounts) {
+  for (const uint32_t sas : g_sa_counts) {
     names.push_back(pipeline_name(sas, 0));
     for (const unsigned w : g_workers) names.push_back(pipeline_name(sas, w));
     for (const auto& [n, own] : inline_thread_cases(sas))
@@ -45,6 +45,109 @@ void print_cipher_split(const CollectingReporter& r, std::optional<double> raw_n
     out << format("  %-44s %8.1f %9.1f %8.1f %10s %11.3f\n", name.c_str(), *cpu_ns, *cipher_ns,
                   rest_ns, raw_ns ? format("%.3f", *cipher_ns / *raw_ns).c_str() : "-",
                   rest_ns / *cipher_ns);
+  }
+}
+
+// Threads sharing one SA (or one ECMP group) against threads on SAs of their own, and
+// those against raw ipsec-mb's own speed-up in as many threads, all from this run.
+void print_sharing(const CollectingReporter& r, std::ostream& out) {
+  const auto gbps = [&](const std::string& name) { return r.value(name, "Gbps"); };
+  const auto raw1 = gbps(kRawName);
+  bool header = false;
+  for (const unsigned n : g_workers) {
+    if (n < 2) continue;
+    const auto line = [&](const std::string& what, std::optional<double> num,
+                          std::optional<double> den, const char* target) {
+      if (!num || !den || *den <= 0) return;
+      if (!header) {
+        out << "\nSharing and parallel efficiency (readers running to completion, this run):\n";
+        header = true;
+      }
+      out << format("  %-64s %6.3f  (target %s)\n", what.c_str(), *num / *den, target);
+    };
+    const std::string ns = std::to_string(n);
+    // One SA shared by n readers, against n readers with an SA each.
+    const auto own_n = gbps(inline_threads_name(n, n, true));
+    line(ns + " readers sharing 1 SA / " + ns + " readers on an SA each",
+         gbps(inline_threads_name(1, n, false)), own_n, ">= 0.9");
+    for (const uint32_t sas : g_sa_counts)
+      if (sas > n && sas <= 16)
+        line(ns + " readers sharing a group of " + std::to_string(sas) + " / the " +
+                 std::to_string(sas) + " SAs split among them",
+             gbps(inline_threads_name(sas, n, false)), gbps(inline_threads_name(sas, n, true)),
+             ">= 0.9");
+    // Parallel efficiency: the readers' speed-up over one reader on one SA, against raw's.
+    const auto one = gbps(pipeline_name(1, 0));
+    const auto raw_n = gbps(raw_threads_name(n));
+    if (own_n && one && raw_n && raw1 && *one > 0 && *raw1 > 0)
+      line(ns + " readers on an SA each: speed-up " + format("%.2f", *own_n / *one) +
+               " / raw's " + format("%.2f", *raw_n / *raw1),
+           *own_n / *one, *raw_n / *raw1, ">= 0.9");
+  }
+}
+
+// --pipeline_time_serial: the time per packet that one SA serialises, and the speed-up
+// it allows on N cores. Model: each reader's own work runs in parallel; what an SA's
+// sections hold (their hold time), and one cache-line transfer each time a section
+// passes to another core, does not. With N readers interleaving on one SA a section's
+// next entry is another core's with probability (N - 1) / N, so per packet
+//   s(N) = sum of hold + sum of entries * (N - 1) / N * transfer
+//   speed-up(N) = T1 / (s(N) + (T1 - hold) / N)
+// (Amdahl with the coherence cost of the sections counted serial). T1 and the sections
+// come from the one-reader case (uncontended, so timing and entry counts are not the
+// contention's); the transfer is half the measured bounce round trip, or
+// --pipeline_transfer_ns.
+void print_serial(const CollectingReporter& r, std::ostream& out) {
+  namespace serial = espgw::serial_sections;
+  const auto handoff = r.value(kHandoffNames[1], "real_ns");
+  const double transfer_ns = g_transfer_ns ? *g_transfer_ns : handoff ? *handoff / 2 : 0;
+  bool header = false;
+  for (const uint32_t sas : g_sa_counts) {
+    std::vector<std::string> names{pipeline_name(sas, 0)};
+    for (const auto& [n, own] : inline_thread_cases(sas))
+      names.push_back(inline_threads_name(sas, n, own));
+    for (const std::string& name : names) {
+      if (!r.value(name, "serial_sequence_hold_ns")) continue;
+      if (!header) {
+        out << format(
+            "\nSerial sections per packet (--pipeline_time_serial): hold ns / entries / "
+            "hand-overs seen;\none cache-line transfer = %.0f ns%s. Model for the one-reader "
+            "rows: s(N) = hold + entries *\n(N-1)/N * transfer, speed-up(N) = T1 / (s(N) + "
+            "(T1 - hold) / N), T1 = the reader's CPU ns per packet:\n",
+            transfer_ns, g_transfer_ns ? " (--pipeline_transfer_ns)" : " (half the bounce round trip)");
+        out << format("  %-48s", "case");
+        for (size_t s = 0; s < serial::kSections; ++s)
+          out << format(" %24s", serial::name(static_cast<serial::Section>(s)));
+        out << format(" %6s %6s %6s %6s %6s %6s %6s %6s\n", "hold", "T1", "s(64)", "N=2", "N=4",
+                      "N=8", "N=16", "N=64");
+        header = true;
+      }
+      out << format("  %-48s", name.c_str());
+      double hold_ns = 0;
+      double entries = 0;
+      for (size_t s = 0; s < serial::kSections; ++s) {
+        const std::string prefix =
+            std::string("serial_") + serial::name(static_cast<serial::Section>(s)) + "_";
+        const double hold = r.value(name, prefix + "hold_ns").value_or(0);
+        const double entered = r.value(name, prefix + "entries").value_or(0);
+        hold_ns += hold;
+        entries += entered;
+        out << format(" %7.1f / %6.3f / %5.3f", hold, entered,
+                      r.value(name, prefix + "handovers").value_or(0));
+      }
+      const auto t1 = r.value(name, "cpu_ns_per_packet");
+      if (name != pipeline_name(sas, 0) || !t1) {
+        out << format(" %6.1f\n", hold_ns);
+        continue;
+      }
+      const auto serial_ns = [&](double cores) {
+        return hold_ns + entries * (cores - 1) / cores * transfer_ns;
+      };
+      out << format(" %6.1f %6.1f %6.1f", hold_ns, *t1, serial_ns(64));
+      for (const double cores : {2.0, 4.0, 8.0, 16.0, 64.0})
+        out << format(" %6.2f", *t1 / (serial_ns(cores) + (*t1 - hold_ns) / cores));
+      out << "\n";
+    }
   }
 }
 
@@ -103,7 +206,7 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
       << " hardware threads the machine is oversubscribed: feeder and workers share cores, "
          "so\n# real-time scaling understates the pipeline; compare wcpu_ns with raw ns. A "
          "feeder_wait near 0\n# means the single feeder, not the workers, bounded throughput.\n";
-  for (const uint32_t sas : kSaCounts) {
+  for (const uint32_t sas : g_sa_counts) {
     out << "\nSAs: " << sas << (sas == 1 ? " (a group of one)" : " (one group, ECMP by flow)")
         << "\n";
     if (const auto floor_ns = r.value(floor_name(sas), "real_ns"); floor_ns && raw_ns) {
@@ -176,6 +279,8 @@ void print_summary(const CollectingReporter& r, std::ostream& out) {
           r.value(name, "late").value_or(0));
     }
   }
+  print_sharing(r, out);
+  print_serial(r, out);
   print_cipher_split(r, raw_ns, out);
   out << "\nReorderBuffer alone (one thread, capacity " << kReorderCapacity
       << ", insert + release per packet):\n";

@@ -23,10 +23,11 @@ TESTS = [("a_to_b_P1", "lanA→lanB  -P1"), ("a_to_b_P4", "lanA→lanB  -P4"),
          ("b_to_a_P1", "lanB→lanA  -P1"), ("b_to_a_P4", "lanB→lanA  -P4")]
 LABELS = {"plain": "plain routing", "espgw": "espgw (ESP in UDP)", "espgw-raw": "espgw (raw ESP)",
           "espgw-jumbo": "espgw (jumbo segments)",
+          "espgw-workers": "espgw (workers on)",
           "espgw-charon": "espgw + charon (ESP in UDP)", "espgw-charon-ecmp2": "espgw + charon (ECMP, 2 CHILD_SAs)",
           "espgw-charon-ecmp4": "espgw + charon (ECMP, 4 CHILD_SAs)", "libipsec": "strongSwan kernel-libipsec",
           "wireguard-go": "wireguard-go"}
-COLORS = {"plain": "#9e9e9e", "espgw": "#1565c0", "espgw-raw": "#64b5f6", "espgw-jumbo": "#00897b",
+COLORS = {"plain": "#9e9e9e", "espgw": "#1565c0", "espgw-raw": "#64b5f6", "espgw-jumbo": "#00897b", "espgw-workers": "#5e35b1",
           "espgw-charon": "#6a1b9a", "espgw-charon-ecmp2": "#9c27b0", "espgw-charon-ecmp4": "#ce93d8",
           "libipsec": "#c62828", "wireguard-go": "#2e7d32"}
 

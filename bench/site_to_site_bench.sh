@@ -9,6 +9,9 @@
 #   espgw-raw     the same with raw ESP (IP protocol 50)
 #   espgw-jumbo   espgw with jumbo-segments = yes (not in the default list: it differs from
 #                 espgw only when the WAN's MTU exceeds the LANs', e.g. BENCH_WAN_MTU=9000)
+#   espgw-workers espgw with workers on (ESPGW_WORKERS_ON per gateway, default the CPUs
+#                 divided among the gateways, at least one) beside `espgw`, which runs as
+#                 ESPGW_WORKERS says (inline on 2 CPUs): one tunnel, both ways of running it
 #   espgw-charon  espgw managed by strongSwan: two espgw daemons with a control socket
 #                 and two charons with the espgw plugin (LD_PRELOAD), PSK IKEv2 through
 #                 swanctl --initiate, AES-128-GCM, ESP in UDP (encap = yes, like espgw
@@ -35,7 +38,7 @@
 # Usage: bench/site_to_site_bench.sh            (as root)
 # Environment:
 #   BENCH_SECONDS=10        iperf3 duration of each run
-#   BENCH_PATHS="plain espgw espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go"
+#   BENCH_PATHS="plain espgw espgw-workers espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go"
 #   BENCH_CC=cubic          TCP congestion control (iperf3 -C)
 #   BENCH_WAN_MTU=1500      MTU of the WAN veth between the gateways; espgw derives its
 #                           tunnel MTU from it
@@ -69,7 +72,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_SECONDS=${BENCH_SECONDS:-10}
-BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go}
+BENCH_PATHS=${BENCH_PATHS:-plain espgw espgw-workers espgw-raw espgw-charon espgw-charon-ecmp2 espgw-charon-ecmp4 libipsec wireguard-go}
 BENCH_CC=${BENCH_CC:-cubic}
 BENCH_PING_COUNT=${BENCH_PING_COUNT:-20}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/site_to_site.json}
@@ -84,6 +87,7 @@ if [[ $ESPGW_WORKERS == auto ]]; then
   ESPGW_WORKERS=$(($(nproc) / 2))
   ((ESPGW_WORKERS > 1)) || ESPGW_WORKERS=inline
 fi
+ESPGW_WORKERS_ON=${ESPGW_WORKERS_ON:-$(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))}
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
 ESPGW=${ESPGW:-$ROOT/build/s2sbench/daemon/espgw}
 # The plugin and espgwctl come from the same build tree as ESPGW unless given.

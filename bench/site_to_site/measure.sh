@@ -104,6 +104,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
     espgw) setup_espgw udp ;;
     espgw-raw) setup_espgw raw ;;
     espgw-jumbo) setup_espgw udp "jumbo-segments = yes" ;;
+    espgw-workers) PATH_WORKERS=$ESPGW_WORKERS_ON setup_espgw udp ;;
     espgw-charon) setup_espgw_charon 1 ;;
     espgw-charon-ecmp[0-9]*) setup_espgw_charon "${PATH_NAME#espgw-charon-ecmp}" ;;
     libipsec) setup_libipsec ;;
@@ -114,7 +115,7 @@ run_path() {  # in a subshell: set up, verify, measure; the parent tears down
   iface=$(sed -n 's/^tunnel_interface=//p' "$PATH_RESULTS/meta.txt" | tail -n 1)
   verify_path "$iface"
   measure_path
-  if [[ $PATH_NAME == espgw || $PATH_NAME == espgw-raw || $PATH_NAME == espgw-jumbo ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
+  if [[ $PATH_NAME == espgw || $PATH_NAME == espgw-raw || $PATH_NAME == espgw-jumbo || $PATH_NAME == espgw-workers ]]; then  # SIGUSR1: espgw logs its SA counters and drop reasons
     local entry
     for entry in "${GW_PIDS[@]}"; do
       local side=${entry%%:*} lines_before letter

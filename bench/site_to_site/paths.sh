@@ -45,7 +45,7 @@ tun-queues = $ESPGW_TUN_QUEUES
 local-address = $2
 state-dir = ${1%.conf}.state
 $3
-workers = $ESPGW_WORKERS
+workers = ${PATH_WORKERS:-$ESPGW_WORKERS}
 log-level = info
 ${4:-}
 ${ESPGW_EXTRA_CONF:-}
@@ -82,9 +82,9 @@ EOS
   done
   meta tunnel_interface espgw0
   if [[ -n $path_lines ]]; then
-    meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, $path_lines, workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+    meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, $path_lines, workers=${PATH_WORKERS:-$ESPGW_WORKERS}, tun-queues=$ESPGW_TUN_QUEUES"
   elif [[ $mode == udp ]]; then
-    meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
+    meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, workers=${PATH_WORKERS:-$ESPGW_WORKERS}, tun-queues=$ESPGW_TUN_QUEUES"
   else
     meta description "espgw, static SAs, AES-128-GCM, raw ESP (IP proto 50), workers=$ESPGW_WORKERS, tun-queues=$ESPGW_TUN_QUEUES"
   fi

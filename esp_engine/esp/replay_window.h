@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 
+#include "util/serial_sections.h"
 #include "util/spin_lock.h"
 
 namespace espgw::esp {
@@ -64,7 +65,9 @@ class ReplayWindow {
   // single-writer counters are updated there.
   template <typename OnAccept>
   Verdict commit(uint64_t sequence, OnAccept&& on_accept) {
+    serial_sections::Timer timer(serial_sections::Section::replay_commit, &commit_lock_);
     std::lock_guard guard(commit_lock_);
+    timer.acquired();
     const Verdict verdict = commit_locked(sequence);
     if (verdict == Verdict::accept) on_accept();
     return verdict;
@@ -74,7 +77,9 @@ class ReplayWindow {
   // the critical section for each.
   template <typename Sequence, typename OnVerdict>
   void commit_each(size_t count, Sequence&& sequence, OnVerdict&& on_verdict) {
+    serial_sections::Timer timer(serial_sections::Section::replay_commit, &commit_lock_);
     std::lock_guard guard(commit_lock_);
+    timer.acquired();
     for (size_t i = 0; i < count; ++i) on_verdict(i, commit_locked(sequence(i)));
   }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "util/byte_order.h"
+#include "util/serial_sections.h"
 
 namespace espgw::esp {
 
@@ -164,7 +165,9 @@ OutboundSa::OutboundSa(const SaConfig& config, const crypto::CryptoBackend& back
 
 DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence) {
   const uint64_t last = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
+  serial_sections::Timer timer(serial_sections::Section::sequence, &sequence_lock_);
   std::lock_guard guard(sequence_lock_);
+  timer.acquired();
   const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
   if (next == 0 || next > last) return DropReason::sequence_exhausted;
   if (held_.load(std::memory_order_relaxed)) return DropReason::sa_held;

@@ -3,6 +3,8 @@
 #include <array>
 #include <mutex>
 
+#include "util/serial_sections.h"
+
 namespace espgw::pipeline {
 
 OrderedRelease::OrderedRelease(size_t capacity, uint64_t hold_ns, uint64_t first_index,
@@ -27,7 +29,9 @@ bool OrderedRelease::insert(uint64_t index, Packet* packet, PacketSink& sink, Pa
                                                            uint64_t unauthenticated) {
   held = false;
   {
+    serial_sections::Timer timer(serial_sections::Section::release_lock, &lock_);
     std::lock_guard guard(lock_);
+    timer.acquired();
     LazyNow now;
     if (unauthenticated != 0)
       forged_until_ns_ = now.get() + buffer_.hold_ns() * ReorderBuffer::kBusyHoldFactor;
@@ -118,8 +122,11 @@ bool OrderedRelease::deliver_from(std::span<Packet* const> packets, PacketSink& 
                                   PacketPool& pool) {
   bool held = false;
   for (;;) {
-    sink.deliver(packets);
-    pool.release(packets);
+    {
+      serial_sections::Timer timer(serial_sections::Section::delivery, this);
+      sink.deliver(packets);
+      pool.release(packets);
+    }
     if (!after_delivery(packets.size(), held)) return held;
     packets = delivering_;
   }
@@ -131,7 +138,9 @@ bool OrderedRelease::after_delivery(size_t delivered, bool& held) {
                    std::memory_order_release);
   if (shared_in_flight_) shared_in_flight_->fetch_sub(delivered, std::memory_order_relaxed);
   delivering_.clear();
+  serial_sections::Timer timer(serial_sections::Section::release_lock, &lock_);
   std::lock_guard guard(lock_);
+  timer.acquired();
   LazyNow now;
   // Whatever other threads staged while this one delivered is ready now or held: they
   // were turned away by draining_, so this thread must not stop before it looked.

@@ -11,6 +11,7 @@
 #include "esp/decap.h"
 #include "esp/encap.h"
 #include "pipeline/pipeline.h"
+#include "util/serial_sections.h"
 
 namespace espgw::pipeline {
 
@@ -174,7 +175,11 @@ class SharedSinkSends {
         }
         ++end;
       }
-      shared->deliver_together(std::span(taken_.data() + done, end - done));
+      {
+        // Each channel's delivery stays claimed through the call: serial per SA.
+        serial_sections::Timer timer(serial_sections::Section::delivery, shared);
+        shared->deliver_together(std::span(taken_.data() + done, end - done));
+      }
       // Back to the pool before the deliveries end, as deliver_from does: with one shared
       // sink (the usual case) in one call, not one per SA.
       if (done == 0 && end == count_)
