@@ -79,7 +79,7 @@
 //                                per packet, and a summary table with the serial time per
 //                                packet and the speed-up it allows on more cores (Amdahl)
 //   --pipeline_transfer_ns=N     the cache-line transfer the serial model assumes (default:
-//                                half the bounce round trip measured in the run)
+//                                half the fastest bounce round trip of the run)
 //   --pipeline_strict_order      fail on any order violation, even one the reorder buffer
 //                                accounts for as a late release (see below)
 //   --pipeline_time_crypto       time every seal and open (bench/timed_crypto.h): counter

@@ -87,13 +87,26 @@ void handoff_round_trip(benchmark::State& state) {
       turn.store(0, std::memory_order_release);
     }
   });
+  // The fastest of chunks of 256 round trips as well: on a busy machine the median
+  // includes the times either thread was descheduled, which is no transfer cost.
+  constexpr uint64_t kChunk = 256;
+  uint64_t fastest = UINT64_MAX;
+  uint64_t in_chunk = 0;
+  uint64_t chunk_start = espgw::clock_ns(CLOCK_MONOTONIC);
   for (auto _ : state) {
     turn.store(1, std::memory_order_release);
     while (turn.load(std::memory_order_acquire) != 0) {
     }
+    if (++in_chunk == kChunk) {
+      const uint64_t now = espgw::clock_ns(CLOCK_MONOTONIC);
+      fastest = std::min(fastest, (now - chunk_start) / kChunk);
+      chunk_start = now;
+      in_chunk = 0;
+    }
   }
   turn.store(-1, std::memory_order_release);
   partner.join();
+  if (fastest != UINT64_MAX) state.counters["fastest_ns"] = static_cast<double>(fastest);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ inline std::optional<unsigned> g_reorder_hold_us;
 inline std::optional<size_t> g_reorder_capacity;
 inline std::optional<size_t> g_assist_threshold;
 inline bool g_pin = false;
-inline bool g_time_serial = false;  // --pipeline_time_serial
+inline bool g_time_serial = false;           // --pipeline_time_serial
 inline std::optional<double> g_transfer_ns;  // --pipeline_transfer_ns
 inline bool g_strict_order = false;
 inline bool g_time_crypto = false;

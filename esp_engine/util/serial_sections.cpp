@@ -65,7 +65,9 @@ const char* name(Section section) {
   return "?";
 }
 
-void set_enabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+void set_enabled(bool enabled) {
+  g_enabled.store(enabled, std::memory_order_relaxed);
+}
 
 void record(Section section, const void* lock, uint64_t start, uint64_t acquired, uint64_t end) {
   Account& account = my_account();
@@ -113,8 +115,8 @@ double ticks_per_ns() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const uint64_t c1 = now_ticks();
     const auto t1 = std::chrono::steady_clock::now();
-    const double ns = static_cast<double>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    const double ns =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     return c1 > c0 && ns > 0 ? static_cast<double>(c1 - c0) / ns : 1.0;
   }();
   return measured;

@@ -40,7 +40,9 @@ struct Totals {
 // Not for production: the timing and the hand-over table add work and shared writes.
 void set_enabled(bool enabled);
 inline std::atomic<bool> g_enabled{false};
-inline bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+inline bool enabled() {
+  return g_enabled.load(std::memory_order_relaxed);
+}
 // Sums over every thread that recorded anything; reset() zeroes it (no thread timing).
 Totals totals();
 void reset();
