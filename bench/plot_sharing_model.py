@@ -11,9 +11,10 @@ another core's with probability (N-1)/N and then moves the section's cache line 
 (transfer), so
     s(N) = hold + entries * (N-1)/N * transfer
     speed-up(N) = T1 / (s(N) + (T1 - hold) / N)       T1 = one reader's CPU ns per packet
-and with workers behind one reader (the reader's share r of the work stays on one core,
-the rest goes to N-1 workers):
-    workers(N) = T1 / max(r, s(N), (W1 - r) / (N - 1))  W1 = CPU ns per packet, 1 worker
+and with workers behind one reader (the reader's share r of the work stays on one core and
+takes every sequence number itself, the rest goes to N-1 workers, which pass the per-batch
+sections among them):
+    workers(N) = T1 / max(r, s_w(N), (W1 - r) / (N - 1))  W1 = CPU ns per packet, 1 worker
 """
 import json
 import sys
@@ -88,21 +89,21 @@ def main():
     # What-if: the sequence number taken once per batch instead of once per packet.
     batched = dict(entries, sequence=entries["sequence"] / BATCH)
     per_batch = {n: speedup(n, sum(batched.values())) for n in CORES}
-    workers = {}
-    if WORKER1 in m and INLINE in m:
+    # Workers behind one reader: the reader alone takes the sequence numbers (no hand-over);
+    # the per-batch sections pass among the N-1 workers.
+    def workers_bound(n):
         w1 = m[WORKER1]["cpu_ns_per_packet"]
         r = m[WORKER1]["feeder_cpu_ns_per_packet"]
-        t1_run = m[INLINE]["cpu_ns_per_packet"]
-        for n in CORES:
-            serial = hold + sum(entries.values()) * (n - 1) / n * transfer
-            bound = max(r, serial, (w1 - r) / (n - 1) if n > 1 else w1)
-            workers[n] = t1_run / bound
-    overtake = next((n for n in range(2, 257) if workers and
-                     t1 / max(m[WORKER1]["feeder_cpu_ns_per_packet"],
-                              hold + sum(entries.values()) * (n - 1) / n * transfer,
-                              (m[WORKER1]["cpu_ns_per_packet"] -
-                               m[WORKER1]["feeder_cpu_ns_per_packet"]) / (n - 1)) > 1.0), None)
+        moving = sum(entries.values()) - entries["sequence"]
+        serial = hold + (moving * (n - 2) / (n - 1) * transfer if n > 2 else 0.0)
+        return max(r, serial, (w1 - r) / (n - 1))
 
+    workers = {}
+    overtake = None
+    if WORKER1 in m and INLINE in m:
+        t1_run = m[INLINE]["cpu_ns_per_packet"]
+        workers = {n: t1_run / workers_bound(n) for n in CORES if n > 1}
+        overtake = next((n for n in range(2, 257) if t1_run / workers_bound(n) > 1.0), None)
     model = {"t1_cpu_ns": t1, "hold_ns": hold, "entries_per_packet": entries,
              "transfer_ns": transfer, "ratios": ratios, "raw_two_thread_speedup": raw_speedup,
              "speedup_one_sa": today, "speedup_one_sa_sequence_per_batch": per_batch,
@@ -117,7 +118,7 @@ def main():
     print("one SA       " + " ".join(f"{today[n]:6.2f}" for n in CORES))
     print("seq / batch  " + " ".join(f"{per_batch[n]:6.2f}" for n in CORES))
     if workers:
-        print("workers      " + " ".join(f"{workers[n]:6.2f}" for n in CORES))
+        print("workers      " + "       " + " ".join(f"{workers[n]:6.2f}" for n in CORES[1:]))
     print(f"workers overtake inline (one tunnel, one reader) at {overtake} cores")
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
@@ -137,8 +138,9 @@ def main():
     right.plot(CORES, [per_batch[n] for n in CORES], "s--", color="#64b5f6",
                label="model: sequence numbers taken per batch")
     if workers:
-        right.plot(CORES, [workers[n] for n in CORES], "^-", color="#5e35b1",
+        right.plot(CORES[1:], [workers[n] for n in CORES[1:]], "^-", color="#5e35b1",
                    label="espgw, one reader + N-1 workers (model)")
+    right.axhline(1.0, color="#9e9e9e", linestyle=":", label="inline: one reader, one core per tunnel")
     right.set_xscale("log", base=2)
     right.set_yscale("log", base=2)
     right.set_xticks(CORES)
