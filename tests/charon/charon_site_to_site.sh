@@ -23,11 +23,11 @@
 #               no loss and no reordering either
 #   restart     espgw restarts under charon: the plugin re-installs the SAs and charon
 #               rekeys them; charon restarts: espgw removes the stale SAs and routes
-#   interop     gwB runs strongSwan's kernel-libipsec instead (ESP we did not write):
-#               ping and iperf3 both ways
-#   interop-cbc the same against kernel-libipsec for AES-128/256-CBC with HMAC-SHA1-96,
-#               SHA2-256-128, SHA2-384-192 and SHA2-512-256 over ESP in UDP, one CHILD_SA
-#               after the other in one IKE_SA; prints a table
+#   interop-matrix
+#               gwB runs strongSwan's kernel-libipsec instead (ESP we did not write): every
+#               ESP transform both support over ESP in UDP, one CHILD_SA after the other
+#               in one IKE_SA, pings and 2 MB of TCP both ways each; prints a table
+#               (charon_interop_matrix.sh)
 #   x509        the shipped examples as they are: configs/swanctl/site-to-site-x509.conf
 #               (gwB's side mirrored from it), configs/strongswan.conf and
 #               configs/espgw.conf, with a CA and gateway certificates made by openssl:
@@ -51,6 +51,8 @@ source "$HERE/../netns/lib.sh"
 source "$HERE/charon_lib.sh"
 # shellcheck source=tests/charon/charon_wan_scenarios.sh
 source "$HERE/charon_wan_scenarios.sh"
+# shellcheck source=tests/charon/charon_interop_matrix.sh
+source "$HERE/charon_interop_matrix.sh"
 
 on_failure_logs() {
   [[ -n ${CHARON_TEST_KEEP:-} ]] && rm -rf "$CHARON_TEST_KEEP" && cp -r "$WORK" "$CHARON_TEST_KEEP"
@@ -70,18 +72,6 @@ check() {  # check LABEL CMD...
 }
 
 ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
-
-iperf_mbps() {  # iperf_mbps CLIENT_NS SERVER_NS ADDRESS [-R]: Mbit/s of 2 s of TCP (0: none)
-  local client=$1 server=$2 address=$3 reverse=${4:-} mbps=0
-  in_ns "$server" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
-  wait_until 5 sh -c "ip netns exec '$server' ss -Hltn 'sport = :5201' | grep -q ."
-  if in_ns "$client" timeout 20 iperf3 -c "$address" -t 2 -C cubic -J $reverse >"$WORK/iperf.json" 2>&1; then
-    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
-  fi
-  [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
-  rm -f "$WORK/iperf.pid"
-  echo "$mbps"
-}
 
 iperf_ok() {  # iperf_ok CLIENT_NS SERVER_NS ADDRESS [-R]: 2 s of TCP, some data through
   local client=$1 server=$2 address=$3 reverse=${4:-}
@@ -525,78 +515,6 @@ run_basic_cbc() {  # run_basic_cbc ESP ENCAP TRANSFORM
   check_terminate
 }
 
-# esp_drops split as "ESP QUEUE_FULL": drops of received ESP and of packets to send
-# (all reasons but queue-full), and queue-full alone: an outbound packet refused before
-# encryption while its SA had the most packets in flight (the pipeline's bound, which
-# AES-CBC + HMAC's slower crypto reaches under iperf3), which the peer never sees.
-esp_drops_split() {  # esp_drops_split SIDE
-  espgwctl_on "$1" --json status | /usr/bin/python3 -c '
-import json, re, sys
-d = json.load(sys.stdin)
-counts = [dict(s["drops"]) for s in d["list-sas"]["sas"].values()]
-counts.append(dict(d["stats"]["engine-drops"]))
-for line in open(sys.argv[1]):
-    m = re.search(r"SA (?:out|in) spi \S+ removed after .*; drops (.*)$", line)
-    if m:
-        counts.append(dict(re.findall(r"([a-z-]+)=(\d+)", m.group(1))))
-full = sum(int(c.get("queue-full", 0)) for c in counts)
-print(sum(int(v) for c in counts for v in c.values()) - full, full)' "$WORK/espgw-$1.log"
-}
-
-# One CHILD_SA per AES-CBC pairing against kernel-libipsec, over UDP: proposals are
-# reloaded on both sides, the old CHILD_SA terminated and the new one initiated within the
-# IKE_SA that stays up.
-run_interop_cbc() {
-  local proposals=(aes128-sha1 aes128-sha256 aes128-sha384 aes128-sha512
-                   aes256-sha1 aes256-sha256 aes256-sha384 aes256-sha512)
-  local table=() esp transform forward reverse ping_ab ping_ba drops full first=yes
-  local before_drops=0 before_full=0
-  for esp in "${proposals[@]}"; do
-    if [[ $first == yes ]]; then
-      bring_up "$esp" yes 1h libipsec || return 1
-      first=no
-    else
-      write_swanctl_conf a "$esp" yes 1h
-      write_swanctl_conf b "$esp" yes 1h
-      load_swanctl a && load_swanctl b
-      swan a --terminate --child net --timeout 10 >/dev/null 2>&1 || true
-      wait_until 5 sas_equal a 0 || true
-      if initiate a; then pass "CHILD_SA with $esp against kernel-libipsec"
-      else fail "initiate $esp"; cat "$WORK/swanctl-initiate.log"; continue; fi
-    fi
-    wait_until 5 sas_equal a 2 || true
-    transform=$(sa_transforms a)
-    ping_ab=no ping_ba=no
-    wait_until 5 ping_ok "$LANA" 10.2.0.2 && ping_ab=yes
-    ping_ok "$LANB" 10.1.0.2 && ping_ba=yes
-    forward=$(iperf_mbps "$LANA" "$LANB" 10.2.0.2)
-    reverse=$(iperf_mbps "$LANA" "$LANB" 10.2.0.2 -R)
-    read -r drops full <<<"$(esp_drops_split a)"
-    drops=$((drops - before_drops)) full=$((full - before_full))
-    before_drops=$((before_drops + drops)) before_full=$((before_full + full))
-    check "$esp: espgw runs ${transform:-nothing}, ping both ways ($ping_ab/$ping_ba), iperf3 $forward/$reverse Mbit/s, $drops ESP drops ($full queue-full)" \
-      test "$ping_ab$ping_ba" = yesyes -a "${forward:-0}" -gt 0 -a "${reverse:-0}" -gt 0 -a "$drops" = 0 \
-      -a -n "$transform" -a "${transform#aes-cbc-}" != "$transform"
-    table+=("$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s %10s' "$esp" "$transform" "$ping_ab" "$ping_ba" "$forward" "$reverse" "$drops" "$full")")
-  done
-  log "espgw (gwA) against kernel-libipsec (gwB), ESP in UDP, iperf3 2 s TCP each way:"
-  log "$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s %10s' proposal "espgw transform" "a->b" "b->a" "a->b" "b->a" ESP queue-full)"
-  log "$(printf '%-14s %-32s %-5s %-5s %8s %8s %6s %10s' "" "" ping ping Mbit/s Mbit/s drops drops)"
-  local row
-  for row in "${table[@]}"; do log "$row"; done
-}
-
-run_interop() {
-  bring_up aes128gcm16 yes 1h libipsec
-  check "ping espgw -> kernel-libipsec (lanA -> lanB)" wait_until 5 ping_ok "$LANA" 10.2.0.2
-  check "ping kernel-libipsec -> espgw (lanB -> lanA)" ping_ok "$LANB" 10.1.0.2
-  check "iperf3 lanA -> lanB across espgw and kernel-libipsec" iperf_ok "$LANA" "$LANB" 10.2.0.2
-  check "iperf3 lanB -> lanA across kernel-libipsec and espgw" iperf_ok "$LANA" "$LANB" 10.2.0.2 -R
-  local drops_a
-  drops_a=$(esp_drops a)
-  check "espgw dropped no ESP from kernel-libipsec ($drops_a)" test "$drops_a" = 0
-}
-
 # The shipped configurations (configs/) run as they are; only socket paths, logging, the
 # peer addresses on gwB and start_action (none, the test initiates) are put in.
 run_examples() {  # run_examples psk|x509
@@ -701,11 +619,10 @@ case $SCENARIO in
   chacha-raw) run_basic chacha20poly1305 no ;;
   cbc-sha256-raw) run_basic_cbc aes256-sha256 no aes-cbc-256/hmac-sha2-256-128 ;;
   cbc-sha1-udp) run_basic_cbc aes128-sha1 yes aes-cbc-128/hmac-sha1-96 ;;
-  interop-cbc) run_interop_cbc ;;
+  interop-matrix) run_interop_matrix ;;
   rekey) run_rekey ;;
   rekey-collision) run_rekey collide ;;
   restart) run_restart ;;
-  interop) run_interop ;;
   ecmp) run_ecmp ;;
   ipv6) run_ipv6 ;;
   nat) run_nat ;;
