@@ -77,7 +77,9 @@ layout() {  # layout NAME PREFIX
 
   local examples="$dest$doc/examples" f
   for f in README.md espgw.conf strongswan.conf swanctl/site-to-site-psk.conf \
-           swanctl/site-to-site-x509.conf static/README.md static/site-a.conf static/site-b.conf; do
+           swanctl/site-to-site-x509.conf static/README.md static/site-a.conf static/site-b.conf \
+           split/README.md split/espgw.conf split/strongswan-espgw.conf split/charon-espgw.service \
+           split/charon-espgw split/swanctl/swanctl-espgw.conf; do
     check "$name: example $doc/examples/$f" same_file "$examples/$f" "$source/configs/$f"
   done
   for f in static/site-a.conf static/site-b.conf; do
@@ -86,6 +88,9 @@ layout() {  # layout NAME PREFIX
   done
   check "$name: the installed example espgw.conf passes espgw --check" \
     "$sbin/espgw" --check -c "$examples/espgw.conf"
+  check "$name: the installed split/espgw.conf passes espgw --check" \
+    "$sbin/espgw" --check -c "$examples/split/espgw.conf"
+  check "$name: split/charon-espgw is installed executable" test -x "$examples/split/charon-espgw"
 
   # Nothing but these files under DESTDIR, and nothing elsewhere: install_manifest.txt
   # lists every file cmake installed (without DESTDIR), and each must be one of them.
@@ -93,7 +98,10 @@ layout() {  # layout NAME PREFIX
     "$sbin/espgw" "$sbin/espgwctl" "$plugin" "$swan_conf" "$unit"
     "$examples/README.md" "$examples/espgw.conf" "$examples/strongswan.conf"
     "$examples/swanctl/site-to-site-psk.conf" "$examples/swanctl/site-to-site-x509.conf"
-    "$examples/static/README.md" "$examples/static/site-a.conf" "$examples/static/site-b.conf")
+    "$examples/static/README.md" "$examples/static/site-a.conf" "$examples/static/site-b.conf"
+    "$examples/split/README.md" "$examples/split/espgw.conf" "$examples/split/strongswan-espgw.conf"
+    "$examples/split/charon-espgw.service" "$examples/split/charon-espgw"
+    "$examples/split/swanctl/swanctl-espgw.conf")
   local unexpected
   unexpected=$(comm -13 <(printf '%s\n' "${expected[@]}" | sort) <(find "$dest" -type f | sort))
   check "$name: no other files installed${unexpected:+: $unexpected}" test -z "$unexpected"

@@ -83,5 +83,30 @@ check "strongswan.conf loads espgw before kernel-netlink, no socket-default or k
 check "strongswan.d/charon/espgw.conf loads the plugin with priority 10" \
   grep -qE '^[[:space:]]*load = 10$' "$configs/strongswan.d/charon/espgw.conf"
 
+# configs/split/: espgw's ports are the ones its charon reports (charon.port and
+# port_nat_t of strongswan-espgw.conf), other than the system charon's 500 and 4500; that
+# charon loads the same plugin list as strongswan.conf, routes nothing and adds no rule.
+split=$configs/split
+check "split/espgw.conf passes espgw --check" "$espgw" --check -c "$split/espgw.conf"
+split_setting() { flatten "$1" | sed -n "s/^$2 = //p"; }
+conf_setting() { sed -n "s/^$1 = \([^ ]*\).*/\1/p" "$split/espgw.conf"; }
+split_ports_ok() {
+  local ike udp
+  ike=$(conf_setting ike-port) udp=$(conf_setting udp-port)
+  [[ $ike == "$(split_setting "$split/strongswan-espgw.conf" charon.port)" &&
+     $udp == "$(split_setting "$split/strongswan-espgw.conf" charon.port_nat_t)" &&
+     $ike != 500 && $ike != 4500 && $udp != 500 && $udp != 4500 ]]
+}
+check "split: espgw's ike-port and udp-port are charon.port and port_nat_t, not 500 or 4500" split_ports_ok
+check "split: strongswan-espgw.conf loads what strongswan.conf loads" \
+  test "$(split_setting "$split/strongswan-espgw.conf" charon.load)" = "$load"
+check "split: strongswan-espgw.conf sets install_routes = no and routing_table = 0" \
+  test "$(split_setting "$split/strongswan-espgw.conf" charon.install_routes)/$(split_setting "$split/strongswan-espgw.conf" charon.routing_table)" = no/0
+split_swanctl_ports() {
+  test "$(split_setting "$split/swanctl/swanctl-espgw.conf" connections.moved.local_port)" = "$(conf_setting udp-port)" -a \
+       "$(split_setting "$split/swanctl/swanctl-espgw.conf" connections.moved.remote_port)" = 4500
+}
+check "split: swanctl-espgw.conf talks from espgw's udp-port to the peer's 4500" split_swanctl_ports
+
 echo "shipped_configs: $failures failed"
 ((failures == 0))
