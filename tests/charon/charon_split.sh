@@ -31,11 +31,13 @@ source "$HERE/../netns/lib.sh"
 source "$HERE/charon_lib.sh"
 
 SPLIT=$CONFIGS_DIR/split
-# charon-espgw keeps only directories under /run visible; this run's sockets live there.
-RUNDIR=/run/$RUN.split
-ESPGW_CTL=$RUNDIR/espgw.ctl
-ESPGW_VICI=unix://$RUNDIR/charon-espgw.vici
-SPLIT_PID=""
+# charon-espgw sees only the directories under /run it is told to keep; this run's
+# stand-ins for /run/espgw (espgw's control socket) and /run/charon-espgw (its VICI socket).
+ESPGW_RUNDIR=/run/$RUN.espgw
+CHARON_RUNDIR=/run/$RUN.charon-espgw
+ESPGW_CTL=$ESPGW_RUNDIR/control.sock
+ESPGW_VICI=unix://$CHARON_RUNDIR/charon.vici
+SPLIT_PID="" SPLIT_ESPGW_PID=""
 
 check() {  # check LABEL CMD...
   local label=$1
@@ -52,7 +54,7 @@ on_exit() {
   [[ -n $SPLIT_PID ]] && CHARON_PID[split]=$SPLIT_PID
   stop_charons
   cleanup
-  rm -rf "$RUNDIR"
+  rm -rf "$ESPGW_RUNDIR" "$CHARON_RUNDIR"
 }
 trap on_exit EXIT
 
@@ -76,6 +78,7 @@ start_split_espgw() {
       -e "s#^state-dir = .*#state-dir = $WORK/state-split#" \
       "$SPLIT/espgw.conf" >"$WORK/espgw-split.conf"
   ip netns exec "$GWA" "$ESPGW" -c "$WORK/espgw-split.conf" >>"$WORK/espgw-split.log" 2>&1 &
+  SPLIT_ESPGW_PID=$!
   PIDS+=($!)
   wait_until 10 test -S "$ESPGW_CTL" || { log "espgw did not open $ESPGW_CTL"; cat "$WORK/espgw-split.log"; return 1; }
 }
@@ -110,7 +113,8 @@ charon {
   }
 }
 EOS
-  ip netns exec "$GWA" env LD_PRELOAD="$PLUGIN" CHARON_ESPGW_KEEP="$RUNDIR" \
+  ip netns exec "$GWA" env LD_PRELOAD="$PLUGIN" CHARON_ESPGW_RUNDIR="$CHARON_RUNDIR" \
+    CHARON_ESPGW_KEEP="$ESPGW_RUNDIR $CHARON_RUNDIR" \
     "$SPLIT/charon-espgw" "$WORK/strongswan-espgw.conf" >>"$WORK/charon-espgw.out" 2>&1 &
   SPLIT_PID=$!
   PIDS+=($!)
@@ -287,8 +291,7 @@ has_lines() {  # has_lines TEXT LINE...: every LINE is a line of TEXT
 }
 
 run_split() {
-  mkdir -p "$RUNDIR"
-  chmod 700 "$RUNDIR"
+  mkdir -m 700 "$ESPGW_RUNDIR"
   setup_topology
   add_legacy_addresses
   start_split_espgw
@@ -355,13 +358,28 @@ run_split() {
            ! grep -qsx '$SPLIT_PID' /run/charon.pid"
   check "TCP lanA -> lanB through espgw (iperf3, 4 MB)" tcp_ok 10.1.0.2 10.2.0.2
   check "TCP lanA -> lanB through kernel-libipsec (iperf3, 4 MB)" tcp_ok 10.11.0.2 10.12.0.2
-  log "swanctl --list-sas --uri $ESPGW_VICI:"; swan_espgw --list-sas 2>/dev/null | sed 's/^/    /'
-  log "swanctl --list-sas --uri $(vici_uri a):"; swan a --list-sas 2>/dev/null | sed 's/^/    /'
+  # (without the plugin-loading lines swanctl prints on every start)
+  log "swanctl --list-sas --uri $ESPGW_VICI:"; swan_espgw --list-sas 2>&1 | grep -v "^plugin '" | sed 's/^/    /'
+  log "swanctl --list-sas --uri $(vici_uri a):"; swan a --list-sas 2>&1 | grep -v "^plugin '" | sed 's/^/    /'
 
   swan_espgw_quiet --terminate --ike moved --timeout 10 || true
   check "terminating the moved connection leaves espgw without SAs" \
     wait_until 5 espgw_has_no_sas
   check "and leaves the legacy tunnel up" pings_ok "$LANA" 10.11.0.2 10.12.0.2
+  # espgw restarts the way its systemd unit restarts it: its runtime directory is removed
+  # and made again. charon-espgw reaches the new control socket (its /run links to the
+  # directory by name) and installs its SAs again.
+  swan_espgw_quiet --initiate --child net --timeout 20 || true
+  kill -TERM "$SPLIT_ESPGW_PID"
+  wait "$SPLIT_ESPGW_PID" 2>/dev/null || true
+  rm -rf "$ESPGW_RUNDIR"
+  mkdir -m 700 "$ESPGW_RUNDIR"
+  start_split_espgw
+  check "charon-espgw reconnected to the restarted espgw in a new directory and installed its SAs again" \
+    wait_until 10 espgw_sas_equal 2
+  check "ping lanA -> lanB through the restarted espgw" wait_until 15 pings_ok "$LANA" 10.1.0.2 10.2.0.2
+  swan_espgw_quiet --terminate --ike moved --timeout 10 || true
+  wait_until 5 espgw_has_no_sas || true
   # The peer initiates this time, from its NAT-T port to espgw's (local_port = 4500,
   # remote_port = 14500 on gwB), as configs/split/swanctl/swanctl-espgw.conf says.
   check "gwB initiates the moved connection to espgw's port 14500" \
