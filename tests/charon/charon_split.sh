@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Opt-in per connection: one gateway runs two charons, one whose data plane is espgw (the
-# shipped configs/split/ files as they are) and one with strongSwan's kernel-libipsec
+# shipped configs/split/ files, only socket paths and logging changed) and one with strongSwan's kernel-libipsec
 # standing in for the kernel's IPsec (these machines' kernels have no ESP). Each serves its
 # own connection to the same peer, and each connection's traffic goes through its own data
 # plane.
@@ -11,11 +11,13 @@
 #          192.0.2.1  UDP 500/4500:   charon + kernel-libipsec "legacy" 10.11/16 <-> 10.12/16
 #   gwB: one charon (kernel-libipsec) with both connections.
 #
-# Checks: both tunnels up at once; pings both ways through each; espgwctl lists the
-# moved connection's SAs and nothing of the other; each charon's swanctl --list-sas
+# Checks: both tunnels up at once; pings both ways and TCP through each; espgwctl lists
+# the moved connection's SAs and nothing of the other; each charon's swanctl --list-sas
 # (through its own VICI socket) shows its own CHILD_SA only, with counters that grew
 # with its traffic alone; espgw holds UDP 1500/14500 on its address, the kernel's charon
-# 500/4500 on every address; charon-espgw's pid file stayed in its private /run.
+# 500/4500 on every address; charon-espgw's pid file stayed in its private /run; espgw
+# restarted in a new runtime directory gets charon-espgw's SAs back; the peer can
+# initiate the moved connection.
 #
 # Usage: charon_split.sh ESPGW ESPGWCTL PLUGIN
 set -euo pipefail
