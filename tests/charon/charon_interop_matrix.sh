@@ -72,16 +72,39 @@ interop_matrix_children() {  # interop_matrix_children SIDE
   done
 }
 
+# The names espgw (espgwctl) and kernel-libipsec's charon (swanctl) give a proposal's
+# transform, as "ESPGW PEER".
+expected_transforms() {  # expected_transforms PROPOSAL
+  local integ
+  case $1 in
+    aes128gcm16) echo "aes-gcm-128 AES_GCM_16-128" ;;
+    aes256gcm16) echo "aes-gcm-256 AES_GCM_16-256" ;;
+    chacha20poly1305) echo "chacha20-poly1305 CHACHA20_POLY1305" ;;
+    aes*-sha*)
+      case ${1#*-} in
+        sha1) integ="sha1-96 SHA1_96" ;;
+        sha256) integ="sha2-256-128 SHA2_256_128" ;;
+        sha384) integ="sha2-384-192 SHA2_384_192" ;;
+        sha512) integ="sha2-512-256 SHA2_512_256" ;;
+      esac
+      local bits=${1%%-*}
+      bits=${bits#aes}
+      echo "aes-cbc-$bits/hmac-${integ% *} AES_CBC-$bits/HMAC_${integ#* }"
+      ;;
+  esac
+}
+
 # One cell of the printed matrix: ✓ when both pings got all 10 answers, both transfers
-# arrived, both ends named the transform and espgw dropped no ESP; otherwise what failed.
-matrix_cell() {  # matrix_cell AB BA TCP_AB TCP_BA DROPS FULL TRANSFORM PEER
+# arrived, both ends ran the proposal's transform and espgw dropped no ESP; otherwise
+# what failed.
+matrix_cell() {  # matrix_cell AB BA TCP_AB TCP_BA DROPS FULL "ESPGW PEER" "EXPECTED"
   local problems=()
   [[ $1 == 10 ]] || problems+=("ping a→b ${1:-0}/10")
   [[ $2 == 10 ]] || problems+=("ping b→a ${2:-0}/10")
   (($3 > 0)) || problems+=("TCP a→b failed")
   (($4 > 0)) || problems+=("TCP b→a failed")
   [[ $5 == 0 ]] || problems+=("$5 ESP drops")
-  [[ -n $7 && -n $8 ]] || problems+=("transform ${7:-?}/${8:-?}")
+  [[ $7 == "$8" ]] || problems+=("transforms ${7// //}")
   local cell="✓"
   ((${#problems[@]} == 0)) || cell=$(IFS=,; echo "${problems[*]}")
   [[ $6 == 0 ]] || cell+=" ($6 queue-full)"
@@ -127,7 +150,8 @@ run_interop_matrix() {
     read -r drops full <<<"$(esp_drops_split a)"
     drops=$((drops - before_drops)) full=$((full - before_full))
     before_drops=$((before_drops + drops)) before_full=$((before_full + full))
-    MATRIX[$esp]=$(matrix_cell "$ab" "$ba" "$tcp_ab" "$tcp_ba" "$drops" "$full" "$transform" "$peer")
+    MATRIX[$esp]=$(matrix_cell "$ab" "$ba" "$tcp_ab" "$tcp_ba" "$drops" "$full" \
+                               "${transform:-?} ${peer:-?}" "$(expected_transforms "$esp")")
     check "$esp: espgw runs ${transform:-nothing}, kernel-libipsec ${peer:-nothing}; pings $ab/10 and $ba/10, 2 MB TCP at $tcp_ab and $tcp_ba Mbit/s; $drops ESP drops ($full queue-full)" \
       test "${MATRIX[$esp]%% (*}" = "✓"
     swan a --terminate --child "$esp" --timeout 10 >/dev/null 2>&1 || true
