@@ -38,13 +38,18 @@ pings_answered() {  # pings_answered NS ADDRESS
     sed -n 's/.* \([0-9]*\) received.*/\1/p'
 }
 
-# Mbit/s of 2 MB of TCP from lanA to lanB (-R: lanB to lanA); 0 if it did not complete.
-tcp_2mb_mbps() {  # tcp_2mb_mbps [-R]
+# Mbit/s of 2 MB of TCP from SENDER_NS (at ADDRESS) to RECEIVER_NS, at least 1 once all
+# 2 MB arrived, 0 if they did not. The receiver runs the client (-R), so that the count is
+# its own: a sending client's JSON has the server's count only when that report arrived.
+tcp_2mb_mbps() {  # tcp_2mb_mbps SENDER_NS ADDRESS RECEIVER_NS
   local mbps=0
-  in_ns "$LANB" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
-  wait_until 5 sh -c "ip netns exec '$LANB' ss -Hltn 'sport = :5201' | grep -q ."
-  if in_ns "$LANA" timeout 15 iperf3 -c 10.2.0.2 -n 2M -C cubic -J ${1:-} >"$WORK/iperf.json" 2>&1; then
-    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
+  in_ns "$1" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
+  wait_until 5 sh -c "ip netns exec '$1' ss -Hltn 'sport = :5201' | grep -q ."
+  if in_ns "$3" timeout 15 iperf3 -c "$2" -n 2M -C cubic -R -J >"$WORK/iperf.json" 2>&1; then
+    mbps=$(/usr/bin/python3 -c '
+import json, sys
+received = json.load(open(sys.argv[1]))["end"]["sum_received"]
+print(max(1, round(received["bits_per_second"] / 1e6)) if received["bytes"] >= 2 << 20 else 0)' "$WORK/iperf.json")
   fi
   [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
   rm -f "$WORK/iperf.pid"
@@ -146,7 +151,7 @@ run_interop_matrix() {
     wait_until 5 sas_equal a 2 || true
     transform=$(sa_transforms a) peer=$(libipsec_transform)
     ab=$(pings_answered "$LANA" 10.2.0.2) ba=$(pings_answered "$LANB" 10.1.0.2)
-    tcp_ab=$(tcp_2mb_mbps) tcp_ba=$(tcp_2mb_mbps -R)
+    tcp_ab=$(tcp_2mb_mbps "$LANA" 10.1.0.2 "$LANB") tcp_ba=$(tcp_2mb_mbps "$LANB" 10.2.0.2 "$LANA")
     read -r drops full <<<"$(esp_drops_split a)"
     drops=$((drops - before_drops)) full=$((full - before_full))
     before_drops=$((before_drops + drops)) before_full=$((before_full + full))
