@@ -3,7 +3,7 @@
 // XFRM acquire does. The packet itself is dropped (counted as no-sa), like XFRM with
 // xfrm_larval_drop: holding packets would need memory per policy that a storm towards
 // trapped subnets could fill, and the senders retransmit (TCP) or repeat (ping) once the
-// SA is there (docs/strongswan.md, "Trap policies").
+// SA is there (docs/strongswan_trap.md).
 #pragma once
 
 #include <cstdint>
