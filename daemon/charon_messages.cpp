@@ -45,6 +45,11 @@ class Reader {
     if (!message_.value(key)) return 0;
     return number(key, 0, UINT64_MAX);
   }
+  // charon's if_id_in / if_id_out (route-based VPN): absent or 0 is the default device.
+  uint32_t interface_id() {
+    if (!message_.value("if-id")) return 0;
+    return static_cast<uint32_t>(number("if-id", 0, UINT32_MAX));
+  }
   bool flag(const char* key) {
     if (!message_.value(key)) return false;
     const auto value = message_.boolean(key);
@@ -207,6 +212,7 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
   entry.lifetimes.hard_packets = reader.optional_number("hard-packets");
   // The IKE_SA the CHILD_SA belongs to: its rekeys keep their slot in the SA group.
   entry.group_slot = reader.optional_number("ike-sa");
+  entry.if_id = reader.interface_id();
   entry.lifetimes.soft_seconds = reader.optional_number("soft-seconds");
   entry.lifetimes.hard_seconds = reader.optional_number("hard-seconds");
 
@@ -267,6 +273,10 @@ std::variant<PolicyRequest, std::string> policy_from(const vici::Message& reques
             std::to_string(source_ports.first) + "-" + std::to_string(source_ports.last) + " " +
             destination_text + " " + std::to_string(destination_ports.first) + "-" +
             std::to_string(destination_ports.last) + " proto " + std::to_string(protocol);
+  // Two peers' 0.0.0.0/0 policies on their own interfaces are two policies, not one
+  // shared one (charon's policy identity includes the interface id, as the kernel's does).
+  policy.if_id = reader.interface_id();
+  if (policy.if_id != 0) out.key += " if-id " + std::to_string(policy.if_id);
 
   if (with_action) {
     const auto action = xfrm::parse_action(reader.text("action"));

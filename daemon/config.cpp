@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,29 @@ constexpr ConfigKey kConfigKeys[] = {
      [](std::string_view value, ParseState& s) -> const char* {
        if (value.size() > 15) return "an interface name of at most 15 characters";
        s.config.tun_name = value;
+       return nullptr;
+     }},
+    {"interface",
+     // "IF_ID NAME", repeated for more interfaces.
+     [](std::string_view value, ParseState& s) -> const char* {
+       const char* expected =
+           "'IF_ID NAME': an interface id from 1 to 4294967295 and a TUN device name of at "
+           "most 15 letters, digits, '_', '-' or '.', each id and name once";
+       const size_t blank = value.find_first_of(" \t");
+       if (blank == std::string_view::npos) return expected;
+       RouteInterface added;
+       const std::string_view name = trim(value.substr(blank));
+       if (!parse_number(value.substr(0, blank), added.if_id, 1u, UINT32_MAX)) return expected;
+       if (name.empty() || name.size() > 15 ||
+           !std::all_of(name.begin(), name.end(), [](char c) {
+             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
+                    c == '.';
+           }))
+         return expected;
+       added.name = name;
+       for (const auto& other : s.config.interfaces)
+         if (other.if_id == added.if_id || other.name == added.name) return expected;
+       s.config.interfaces.push_back(added);
        return nullptr;
      }},
     {"tun-queues",
@@ -327,6 +351,13 @@ void check_combinations(const ParseState& state, std::vector<std::string>& error
     errors.push_back(path +
                      ": 'jumbo-segments' needs 'tun-offload = yes': only the offloading "
                      "TUN hands over the TCP super-packets it cuts");
+  for (const auto& interface : config.interfaces)
+    if (interface.name == config.tun_name)
+      errors.push_back(path + ": 'interface " + std::to_string(interface.if_id) + " " +
+                       interface.name + "': the name is tun-name's, the default device");
+  if (!config.interfaces.empty() && config.control_socket.empty())
+    errors.push_back(path + ": 'interface' needs 'control-socket' (charon's if_id_in and "
+                            "if_id_out name the interfaces)");
   if (!config.control_socket.empty() && config.ike_port == config.udp_port)
     errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
 }

@@ -23,8 +23,18 @@ inline constexpr std::chrono::microseconds kAutoQueueDelayTarget{300};
 inline constexpr size_t kInlineSocketBufferBytes = 384 << 10;
 inline constexpr size_t kWorkersSocketBufferBytes = 2 << 20;
 
+// A route-based VPN interface (`interface = IF_ID NAME`): a TUN device of its own for
+// charon's SAs and policies with that if_id (docs/route_based_vpn.md).
+struct RouteInterface {
+  uint32_t if_id = 0;  // 1 to 4294967295; 0 is the default device, tun-name
+  std::string name;
+  bool operator==(const RouteInterface&) const = default;
+};
+
 struct GatewayConfig {
   std::string tun_name = "espgw0";
+  // Route-based VPN interfaces, in the order written; none by default.
+  std::vector<RouteInterface> interfaces;
   unsigned tun_queues = 1;
   // IFF_VNET_HDR with TSO/checksum offload: the kernel hands over TCP super-packets (up to
   // 64 KB) that espgw segments itself, and takes coalesced super-packets back (GRO).

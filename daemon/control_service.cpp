@@ -193,6 +193,12 @@ vici::Message ControlService::add_sa(const Message& request) {
   // An SA whose local end is not one of espgw's addresses would leave from (or wait on)
   // the wrong address: charon hears why.
   if (const auto refusal = gateway_.wan_refusal(entry)) return failure(*refusal);
+  // Route-based VPN: an if_id needs its interface (TUN device) in espgw.conf.
+  if (const auto refusal = gateway_.interface_refusal(entry.if_id)) {
+    log(LogLevel::warn, "add-sa spi %s refused: %s", spi_text(entry.config.spi).c_str(),
+        refusal->c_str());
+    return failure(*refusal);
+  }
   // Refused for an inbound SPI another SA holds, or the (SPI, destination) of a static SA.
   if (!gateway_.add_dynamic_sa(entry, replayed))
     return failure("SPI " + spi_text(entry.config.spi) + " is already in use");
@@ -238,6 +244,10 @@ vici::Message ControlService::add_policy(const Message& request) {
     return failure(*error);
   }
   auto& policy = std::get<PolicyRequest>(parsed);
+  if (const auto refusal = gateway_.interface_refusal(policy.policy.if_id)) {
+    log(LogLevel::warn, "add-policy %s refused: %s", policy.key.c_str(), refusal->c_str());
+    return failure(*refusal);
+  }
   std::lock_guard lock(mutex_);
   auto& entry = policies_[policy.key];
   // A second CHILD_SA with the same selectors shares the policy: count it, and let the
@@ -430,6 +440,7 @@ vici::Message ControlService::list_sas(ConnectionId from) {
     }
     section.set_bool("esn", sa.esn);
     section.set("reqid", sa.reqid);
+    section.set("interface", sa.interface);
     NamedCounters counters;
     if (sa.direction == xfrm::Direction::out)
       read_counters(kOutboundSaCounters, sa, counters);
@@ -458,7 +469,7 @@ vici::Message ControlService::list_sas(ConnectionId from) {
 vici::Message ControlService::list_policies(ConnectionId from) {
   const GatewayStatus status = gateway_.status();
   Message response = success();
-  auto describe = [](vici::Section& parent, const xfrm::Policy& policy) {
+  auto describe = [this](vici::Section& parent, const xfrm::Policy& policy) {
     auto& section = parent.add_section(std::to_string(policy.id));
     section.set("direction", xfrm::direction_name(policy.direction));
     section.set("local", policy.selector.local.to_string());
@@ -467,6 +478,7 @@ vici::Message ControlService::list_policies(ConnectionId from) {
     section.set("priority", policy.priority);
     section.set("action", xfrm::action_name(policy.action));
     section.set("reqid", policy.reqid);
+    section.set("interface", gateway_.interface_name(policy.if_id));
   };
   stream_or_answer(from, "list-policy", "policies", status.policies, describe, response);
   return response;

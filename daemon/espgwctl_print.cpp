@@ -55,8 +55,8 @@ std::vector<std::string> sa_counter_names() {
 }
 
 std::vector<std::string> sa_header() {
-  std::vector<std::string> header = {"SPI", "DIR",       "ORIGIN", "SRC",
-                                     "DST", "ALGORITHM", "ENCAP",  "REQID"};
+  std::vector<std::string> header = {"SPI",       "DIR",   "ORIGIN", "SRC",      "DST",
+                                     "ALGORITHM", "ENCAP", "REQID",  "INTERFACE"};
   for (const auto& name : sa_counter_names()) header.push_back(upper(name));
   for (const char* column : {"IDLE-MS", "LIFETIME", "DROPS"}) header.push_back(column);
   return header;
@@ -79,7 +79,8 @@ std::vector<std::string> sa_row(const Section& sa) {
                                   value_or(sa, "dst"),
                                   value_or(sa, "algorithm"),
                                   encap,
-                                  value_or(sa, "reqid")};
+                                  value_or(sa, "reqid"),
+                                  value_or(sa, "interface")};
   for (const auto& name : sa_counter_names()) row.push_back(value_or(sa, name.c_str()));
   row.push_back(value_or(sa, "idle-ms"));
   row.push_back(value_or(sa, "lifetime"));
@@ -111,14 +112,14 @@ void print_sas(const Message& response) {
 
 void print_policies(const Message& response) {
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "DIR", "LOCAL", "REMOTE", "PROTO", "PRIORITY", "ACTION", "REQID"}};
+      {"ID", "DIR", "LOCAL", "REMOTE", "PROTO", "PRIORITY", "ACTION", "REQID", "INTERFACE"}};
   if (const Section* policies = response.section("policies"))
     for (const auto& entry : policies->entries()) {
       if (entry.kind != Section::Kind::section) continue;
       const Section& p = *entry.child;
       rows.push_back({entry.name, value_or(p, "direction"), value_or(p, "local"),
                       value_or(p, "remote"), value_or(p, "protocol"), value_or(p, "priority"),
-                      value_or(p, "action"), value_or(p, "reqid")});
+                      value_or(p, "action"), value_or(p, "reqid"), value_or(p, "interface")});
     }
   std::printf("Policies: %zu\n", rows.size() - 1);
   print_table(rows);

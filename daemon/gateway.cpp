@@ -94,7 +94,14 @@ Gateway::Gateway(GatewayConfig config)
       MtuTracker::Settings{tun_->name(), config_.tunnel_mtu, config_.lan_mtu,
                            config_.jumbo_segments},
       [this](const esp::IpAddress& destination) { return netlink_.route_mtu(destination); },
-      [this](unsigned mtu) { return netlink_.set_mtu(tun_->name(), mtu); });
+      [this](unsigned mtu) {
+        // Every device carries the tunnel MTU: the route-based interfaces' too.
+        auto result = netlink_.set_mtu(tun_->name(), mtu);
+        if (interfaces_)
+          for (auto* device : interfaces_->all())
+            if (auto r = netlink_.set_mtu(device->tun->name(), mtu); !r) result = r;
+        return result;
+      });
   const unsigned tunnel_mtu = mtu_->initial_tunnel_mtu(static_config_);
   pipeline::PipelineConfig pipeline_config;
   pipeline_config.workers = config_.workers;
@@ -118,6 +125,10 @@ Gateway::Gateway(GatewayConfig config)
   outbound_path_ =
       std::make_unique<OutboundPath>(*tun_, *pipeline_, outbound_lookup_, mtu_->segment_limit(),
                                      counters_, acquire_raiser_, flow_seed_, running_);
+  interfaces_ = std::make_unique<RouteInterfaces>(
+      config_.interfaces, config_.tun_queues, config_.tun_offload,
+      RouteInterfaces::Shared{*pipeline_, outbound_lookup_, mtu_->segment_limit(), mtu_->lan_mtu(),
+                              counters_, acquire_raiser_, flow_seed_, running_});
   InboundPath::Settings inbound;
   inbound.udp_port = config_.udp_port;
   inbound.queue_delay_target = queue_delay_target_of(config_);
@@ -134,6 +145,10 @@ Gateway::Gateway(GatewayConfig config)
       [this](const esp::SaConfig& sa) {
         socket_for(endpoint_for(sa.tunnel_destination), sa.udp_encapsulation.has_value());
       });
+  sas_->set_interface_sinks([this](uint32_t if_id) -> pipeline::PacketSink* {
+    auto* device = interfaces_->find(if_id);
+    return device ? device->writer.get() : nullptr;
+  });
 
   if (auto r = netlink_.set_mtu(tun_->name(), tunnel_mtu); !r) throw std::runtime_error(r.message);
   if (config_.tun_address)
@@ -141,6 +156,14 @@ Gateway::Gateway(GatewayConfig config)
         !r && !r.already_exists())
       throw std::runtime_error(r.message);
   if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
+  for (auto* device : interfaces_->all()) {
+    if (auto r = netlink_.set_mtu(device->tun->name(), tunnel_mtu); !r)
+      throw std::runtime_error(r.message);
+    if (auto r = netlink_.set_link_up(device->tun->name()); !r)
+      throw std::runtime_error(r.message);
+    log(LogLevel::info, "interface id %u: %s (route-based: routes over it are the operator's)",
+        device->if_id, device->tun->name().c_str());
+  }
   steer_tun_receive();
   // Fail closed: espgw's routing table, with what an earlier run left in it, before any
   // policy (xfrm/fail_closed_routes.h, xfrm/kernel_firewall.h).
@@ -381,6 +404,19 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
     }
     remove_policy_locked(policy.id);
   }
+  if (policy.if_id != 0) {
+    // Route-based: only its interface's SPD. No route and no firewall rule: what enters
+    // the interface is the operator's routing, as with XFRM interfaces, and a 0.0.0.0/0
+    // rule would catch every other packet of the host.
+    auto* device = interfaces_->find(policy.if_id);
+    if (!device) {  // the control service refuses these first
+      log(LogLevel::error, "policy refused: no interface has id %u", policy.if_id);
+      return;
+    }
+    device->spd->add(policy);
+    policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
+    return;
+  }
   // The SPD learns the policy before its route exists: whatever the route brings in
   // finds the policy.
   outbound_lookup_.load()->spd->add(policy);
@@ -393,6 +429,11 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
 bool Gateway::remove_policy_locked(uint32_t id) {
   auto existing = policies_.find(id);
   if (existing == policies_.end()) return false;
+  if (const uint32_t if_id = existing->second.policy.if_id; if_id != 0) {
+    interfaces_->find(if_id)->spd->remove(id);  // installed only where the interface is
+    policies_.erase(existing);
+    return true;
+  }
   firewall_changes_.push_back(
       {xfrm::FirewallChange::Kind::remove_policy, existing->second.policy, {}});
   routes_->drop_policy(existing->second.policy);
@@ -442,6 +483,13 @@ void Gateway::start() {
     else
       threads_.emplace_back([this, q] { outbound_path_->read_tun(q); });
   }
+  for (auto* device : interfaces_->all())
+    for (unsigned q = 0; q < device->tun->queues(); ++q) {
+      if (device->tun->vnet_header())
+        threads_.emplace_back([device, q] { device->outbound->read_tun_offload(q); });
+      else
+        threads_.emplace_back([device, q] { device->outbound->read_tun(q); });
+    }
   for (auto& endpoint : wan_.all()) {
     WanEndpoint& e = *endpoint;
     start_udp_readers(e);

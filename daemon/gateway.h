@@ -31,6 +31,7 @@
 #include "daemon/mtu_tracker.h"
 #include "daemon/outbound_lookup.h"
 #include "daemon/outbound_path.h"
+#include "daemon/route_interfaces.h"
 #include "daemon/route_table.h"
 #include "daemon/sa_state_keeper.h"
 #include "daemon/sa_table.h"
@@ -122,6 +123,14 @@ class Gateway {
   std::optional<std::string> wan_refusal(const xfrm::SadEntry& entry) const {
     return wan_.refusal(entry);
   }
+  // Why an SA or policy of interface id `if_id` cannot be installed (no `interface` of
+  // espgw.conf has that id: route-based VPN, daemon/route_interfaces.h); counted as
+  // interface-refused. nullopt for 0 and for configured ids.
+  std::optional<std::string> interface_refusal(uint32_t if_id);
+  // The TUN device of an interface id: tun-name for 0, "" for an unknown id.
+  std::string interface_name(uint32_t if_id) const {
+    return if_id ? interfaces_->name_of(if_id) : tun_->name();
+  }
 
   // Called when one of charon's SAs reaches its soft or hard lifetime (from
   // enforce_lifetimes, without the gateway's lock held). Set before start().
@@ -201,6 +210,9 @@ class Gateway {
   std::unique_ptr<InboundPath> inbound_path_;
   std::unique_ptr<TunWriter> tun_writer_;
   std::unique_ptr<OutboundPath> outbound_path_;
+  // Route-based VPN: the TUN devices of the interface ids, each with its SPD, readers and
+  // writer (inbound SAs of its id deliver into it, so it outlives the SA table too).
+  std::unique_ptr<RouteInterfaces> interfaces_;
   uint64_t flow_seed_;
   // What steer_tun_receive did, for the status: "off", "CPUs MASK" or "not set: why".
   std::string tun_rps_state_ = "off";

@@ -57,6 +57,14 @@ bool peer_of(const sockaddr_storage& peer, esp::IpAddress& address, uint16_t& po
 
 }  // namespace
 
+std::optional<std::string> Gateway::interface_refusal(uint32_t if_id) {
+  std::string refusal = interfaces_->refusal(if_id);
+  if (refusal.empty()) return std::nullopt;
+  // Fail closed: neither the SA nor the policy exists, and charon's CHILD_SA fails.
+  counters_.interface_refused.fetch_add(1, std::memory_order_relaxed);
+  return refusal;
+}
+
 bool Gateway::add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed) {
   if (const auto refusal = wan_.refusal(entry)) {
     log(LogLevel::error, "charon's %s: refused", refusal->c_str());
@@ -180,6 +188,7 @@ GatewayStatus Gateway::status(bool entries) const {
     }
     sa.esn = config.esn;
     sa.reqid = entry.entry.reqid;
+    sa.interface = interface_name(entry.entry.if_id);
     const auto& counters = entry.sa->counters();
     sa.packets = counters.packets();
     sa.bytes = counters.bytes();
@@ -225,6 +234,10 @@ GatewayStatus Gateway::status(bool entries) const {
     std::sort(status.groups.begin(), status.groups.end(),
               [](const GroupStatus& a, const GroupStatus& b) { return a.reqid < b.reqid; });
     status.policies = lookup->spd->list();
+    for (auto* device : interfaces_->all()) {
+      auto policies = device->spd->list();
+      status.policies.insert(status.policies.end(), policies.begin(), policies.end());
+    }
   }
   for (const auto& counter : kGatewayCounters) {
     NamedCounters& place = counter.place == StatusPlace::gateway_drops ? status.gateway_drops

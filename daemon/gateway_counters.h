@@ -43,7 +43,9 @@ namespace espgw::daemon {
   X(acquires_no_charon, "acquires-no-charon", top,                                            \
     "acquires that found no charon registered for them (asked again 3 s later)")              \
   X(acquires_table_full, "acquires-table-full", top,                                          \
-    "acquires not sent: the pacing table's slots for the policy held fresher acquires")
+    "acquires not sent: the pacing table's slots for the policy held fresher acquires")     \
+  X(interface_refused, "interface-refused", top,                                              \
+    "charon's SAs and policies refused: their if_id names no `interface` of espgw.conf")
 
 // Relaxed atomics, updated on the data path: counters_.no_policy.fetch_add(1, relaxed).
 struct GatewayCounters {

@@ -29,6 +29,7 @@ struct SaStatus {
   uint16_t udp_destination_port = 0;
   bool esn = false;
   uint32_t reqid = 0;
+  std::string interface;  // the TUN device: tun-name, or a route-based interface's
   uint64_t packets = 0;
   uint64_t bytes = 0;
   NamedCounters drops;              // reasons with a non-zero count

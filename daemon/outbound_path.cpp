@@ -75,7 +75,7 @@ OutboundPath::OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipelin
                            const PublishedOutboundLookup& lookup,
                            const std::atomic<unsigned>& segment_limit, GatewayCounters& counters,
                            AcquireRaiser& acquires, uint64_t flow_seed,
-                           const std::atomic<bool>& running)
+                           const std::atomic<bool>& running, const xfrm::Spd* spd)
     : tun_(tun),
       pipeline_(pipeline),
       lookup_(lookup),
@@ -83,7 +83,8 @@ OutboundPath::OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipelin
       counters_(counters),
       acquires_(acquires),
       flow_seed_(flow_seed),
-      running_(running) {}
+      running_(running),
+      spd_(spd) {}
 
 // --- 1. Read ---
 
@@ -168,7 +169,9 @@ void OutboundPath::submit(pipeline::Packet* packet, const OutboundLookup& lookup
     pipeline_.release(packet);
     return;
   }
-  const auto policy = lookup.spd->lookup(xfrm::Direction::out, *key);
+  // A route-based interface's packets meet only its own policies: what the routing table
+  // sent into it is protected by them or dropped, never another interface's tunnel.
+  const auto policy = (spd_ ? *spd_ : *lookup.spd).lookup(xfrm::Direction::out, *key);
   if (!policy) {
     counters_.no_policy.fetch_add(1, std::memory_order_relaxed);
     pipeline_.release(packet);

@@ -34,11 +34,13 @@ class OutboundPath {
  public:
   // `segment_limit`: the largest segment a TUN super-packet is cut into (MtuTracker).
   // `acquires`: told of packets whose protect policy has no SA group (trap policies).
-  // The readers run while `running` holds.
+  // The readers run while `running` holds. `spd`: the policies of a route-based
+  // interface's device (daemon/route_interfaces.h); null: the default device's, the
+  // lookup's SPD.
   OutboundPath(const io::TunDevice& tun, pipeline::Pipeline& pipeline,
                const PublishedOutboundLookup& lookup, const std::atomic<unsigned>& segment_limit,
                GatewayCounters& counters, AcquireRaiser& acquires, uint64_t flow_seed,
-               const std::atomic<bool>& running);
+               const std::atomic<bool>& running, const xfrm::Spd* spd = nullptr);
 
   // A TUN queue's reader thread, without and with offloads (virtio-net header).
   void read_tun(unsigned queue);
@@ -56,6 +58,7 @@ class OutboundPath {
   AcquireRaiser& acquires_;
   const uint64_t flow_seed_;
   const std::atomic<bool>& running_;
+  const xfrm::Spd* const spd_;
 };
 
 // Sends the ESP packets of every SA that leaves through one WAN socket. A worker's batch

@@ -114,6 +114,14 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
 
 bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
                               const xfrm::SaStateKey& state_key, InstallOrigin origin) {
+  // Route-based VPN: the interface's own device, and no other, takes its packets.
+  pipeline::PacketSink* sink = &inbound_sink_;
+  if (entry.if_id != 0) sink = interface_sinks_ ? interface_sinks_(entry.if_id) : nullptr;
+  if (!sink) {
+    log(LogLevel::error, "SA in spi 0x%08x: no interface has id %u", entry.config.spi,
+        entry.if_id);
+    return false;
+  }
   const xfrm::SaId key = xfrm::sa_id_of(entry);
   if (auto existing = inbound_.find(key); existing != inbound_.end()) {
     if (unchanged(*existing->second, entry)) {
@@ -142,7 +150,7 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
   if (entry.group_slot != 0)
     for (const InboundEntry* other : inbound_slots_.oldest_first(entry.reqid, entry.group_slot))
       predecessors.push_back(other->channel);
-  fresh->channel = pipeline_.add_inbound(fresh->sa, inbound_sink_, predecessors);
+  fresh->channel = pipeline_.add_inbound(fresh->sa, *sink, predecessors);
   if (!fresh->channel) {
     log(LogLevel::error, "SA in spi 0x%08x: SPI already in use", entry.config.spi);
     sa_state_.retire(state_key, from_charon);

@@ -87,6 +87,10 @@ class SaTable {
           std::string crypto_backend, pipeline::PacketSink& inbound_sink,
           PublishedOutboundLookup& lookup, OutboundSinkFactory outbound_sink,
           InboundSocketOpener open_inbound_socket);
+  // Route-based VPN: the sink of an inbound SA whose if_id is not 0 (its interface's TUN
+  // writer), null when no interface has that id (the SA is then refused).
+  using InterfaceSinkFinder = std::function<pipeline::PacketSink*(uint32_t if_id)>;
+  void set_interface_sinks(InterfaceSinkFinder finder) { interface_sinks_ = std::move(finder); }
   SaTable(const SaTable&) = delete;
   SaTable& operator=(const SaTable&) = delete;
 
@@ -142,6 +146,7 @@ class SaTable {
   PublishedOutboundLookup& lookup_;
   OutboundSinkFactory outbound_sink_;
   InboundSocketOpener open_inbound_socket_;
+  InterfaceSinkFinder interface_sinks_;
   std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>> outbound_;
   std::map<xfrm::SaId, std::unique_ptr<InboundEntry>> inbound_;
   // The same SAs by (reqid, slot), changed with the maps above: every outbound SA under

@@ -40,6 +40,10 @@ struct Policy {
   uint32_t priority = 0;  // lower value wins, as with the kernel's xfrm policy priority
   PolicyAction action = PolicyAction::protect;
   uint32_t reqid = 0;  // protect only: the SA group (all SAs of this reqid and direction)
+  // Route-based VPN (charon's if_id_in / if_id_out, as with Linux XFRM interfaces): 0 is
+  // the default TUN device; any other value is the TUN device of that interface id, and
+  // the policy decides only packets read from (out) or decrypted for (in, fwd) it.
+  uint32_t if_id = 0;
 
   bool operator==(const Policy&) const = default;
 };

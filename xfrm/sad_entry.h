@@ -23,6 +23,10 @@ struct SadEntry {
   // predecessor's slot, so no flow moves; charon's SAs use their IKE_SA's unique id,
   // 0 means the SPI (static SAs, which are never rekeyed).
   uint64_t group_slot = 0;
+  // Route-based VPN: the interface id (charon's if_id_in for an inbound SA, if_id_out for
+  // an outbound one). An inbound SA delivers into that interface's TUN device; 0 is the
+  // default device.
+  uint32_t if_id = 0;
 };
 
 // What names an SA, in the kernel as with charon: its SPI (host order) and destination.

@@ -31,11 +31,12 @@ static void policy_key(char *buf, size_t len, kernel_ipsec_policy_id_t *id)
 
 	espgw_subnet_text(id->src_ts, src, sizeof(src));
 	espgw_subnet_text(id->dst_ts, dst, sizeof(dst));
-	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u", espgw_direction_name(id->dir),
+	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u/%u", espgw_direction_name(id->dir),
 			 src, id->src_ts->get_protocol(id->src_ts),
 			 id->src_ts->get_from_port(id->src_ts), id->src_ts->get_to_port(id->src_ts),
 			 dst, id->dst_ts->get_protocol(id->dst_ts),
-			 id->dst_ts->get_from_port(id->dst_ts), id->dst_ts->get_to_port(id->dst_ts));
+			 id->dst_ts->get_from_port(id->dst_ts), id->dst_ts->get_to_port(id->dst_ts),
+			 id->if_id);
 }
 
 /* Sends a finished request and returns SUCCESS, NOT_FOUND, NOT_SUPPORTED or FAILED from
@@ -185,10 +186,12 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 			 data->enc_alg, integrity_algorithm_names, data->int_alg);
 		return NOT_SUPPORTED;
 	}
-	if (id->mark.value || id->if_id)
+	if (id->mark.value)
 	{
-		DBG1(DBG_KNL, "espgw: SA %.8x refused: marks and interface IDs are not supported",
-			 ntohl(id->spi));
+		/* a mark selects packets by the kernel's skb mark, which espgw's TUN devices
+		 * never see: route-based tunnels take if_id_in/if_id_out instead */
+		DBG1(DBG_KNL, "espgw: SA %.8x refused: marks are not supported (use if_id_in and "
+			 "if_id_out with an interface in espgw.conf)", ntohl(id->spi));
 		return NOT_SUPPORTED;
 	}
 	evc_begin(&b, EVC_CMD_REQUEST, "add-sa");
@@ -213,6 +216,11 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_bool(&b, "copy-df", data->copy_df);
 	evc_add_u64(&b, "src-port", id->src->get_port(id->src));
 	evc_add_u64(&b, "dst-port", id->dst->get_port(id->dst));
+	/* route-based VPN: the interface (TUN device) an inbound SA delivers into */
+	if (id->if_id)
+	{
+		evc_add_u64(&b, "if-id", id->if_id);
+	}
 	if (data->lifetime)
 	{
 		/* charon rekeys a CHILD_SA when the kernel reports the soft limit, time
@@ -336,6 +344,11 @@ static chunk_t policy_request(const char *command, kernel_ipsec_policy_id_t *id,
 	evc_add_str(&b, "dir", espgw_direction_name(id->dir));
 	espgw_add_ts(&b, "src", id->src_ts);
 	espgw_add_ts(&b, "dst", id->dst_ts);
+	/* part of the policy's identity: two peers' 0.0.0.0/0 policies differ only in it */
+	if (id->if_id)
+	{
+		evc_add_u64(&b, "if-id", id->if_id);
+	}
 	if (data)
 	{
 		evc_add_str(&b, "action", espgw_policy_type_name(data->type));
@@ -358,11 +371,11 @@ METHOD(kernel_ipsec_t, add_policy, status_t, private_espgw_kernel_ipsec_t *this,
 	char key[256];
 	status_t status;
 
-	if (id->mark.value || id->if_id || id->label)
+	if (id->mark.value || id->label)
 	{
 		DBG1(DBG_KNL,
-			 "espgw: policy %R === %R refused: marks, interface IDs and labels "
-			 "are not supported",
+			 "espgw: policy %R === %R refused: marks and security labels are not "
+			 "supported (route-based tunnels: if_id_in and if_id_out)",
 			 id->src_ts, id->dst_ts);
 		return NOT_SUPPORTED;
 	}
