@@ -101,10 +101,8 @@ constexpr ConfigKey kConfigKeys[] = {
        RouteInterface added;
        const std::string_view name = trim(value.substr(blank));
        if (!parse_number(value.substr(0, blank), added.if_id, 1u, UINT32_MAX)) return expected;
-       if (name.empty() || name.size() > 15 ||
-           !std::all_of(name.begin(), name.end(), [](char c) {
-             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
-                    c == '.';
+       if (name.empty() || name.size() > 15 || !std::all_of(name.begin(), name.end(), [](char c) {
+             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
            }))
          return expected;
        added.name = name;
@@ -356,8 +354,9 @@ void check_combinations(const ParseState& state, std::vector<std::string>& error
       errors.push_back(path + ": 'interface " + std::to_string(interface.if_id) + " " +
                        interface.name + "': the name is tun-name's, the default device");
   if (!config.interfaces.empty() && config.control_socket.empty())
-    errors.push_back(path + ": 'interface' needs 'control-socket' (charon's if_id_in and "
-                            "if_id_out name the interfaces)");
+    errors.push_back(path +
+                     ": 'interface' needs 'control-socket' (charon's if_id_in and "
+                     "if_id_out name the interfaces)");
   if (!config.control_socket.empty() && config.ike_port == config.udp_port)
     errors.push_back(path + ": 'ike-port' and 'udp-port' must differ");
 }

@@ -159,8 +159,7 @@ Gateway::Gateway(GatewayConfig config)
   for (auto* device : interfaces_->all()) {
     if (auto r = netlink_.set_mtu(device->tun->name(), tunnel_mtu); !r)
       throw std::runtime_error(r.message);
-    if (auto r = netlink_.set_link_up(device->tun->name()); !r)
-      throw std::runtime_error(r.message);
+    if (auto r = netlink_.set_link_up(device->tun->name()); !r) throw std::runtime_error(r.message);
     log(LogLevel::info, "interface id %u: %s (route-based: routes over it are the operator's)",
         device->if_id, device->tun->name().c_str());
   }

@@ -43,7 +43,7 @@ namespace espgw::daemon {
   X(acquires_no_charon, "acquires-no-charon", top,                                            \
     "acquires that found no charon registered for them (asked again 3 s later)")              \
   X(acquires_table_full, "acquires-table-full", top,                                          \
-    "acquires not sent: the pacing table's slots for the policy held fresher acquires")     \
+    "acquires not sent: the pacing table's slots for the policy held fresher acquires")       \
   X(interface_refused, "interface-refused", top,                                              \
     "charon's SAs and policies refused: their if_id names no `interface` of espgw.conf")
 

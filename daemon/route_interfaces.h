@@ -36,7 +36,7 @@ struct RouteInterfaceDevice {
   uint32_t if_id = 0;
   std::unique_ptr<io::TunDevice> tun;
   std::shared_ptr<xfrm::Spd> spd = std::make_shared<xfrm::Spd>();
-  std::unique_ptr<TunWriter> writer;        // its inbound SAs' sink
+  std::unique_ptr<TunWriter> writer;       // its inbound SAs' sink
   std::unique_ptr<OutboundPath> outbound;  // its TUN readers, looking up in `spd`
 };
 

@@ -118,8 +118,7 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
   pipeline::PacketSink* sink = &inbound_sink_;
   if (entry.if_id != 0) sink = interface_sinks_ ? interface_sinks_(entry.if_id) : nullptr;
   if (!sink) {
-    log(LogLevel::error, "SA in spi 0x%08x: no interface has id %u", entry.config.spi,
-        entry.if_id);
+    log(LogLevel::error, "SA in spi 0x%08x: no interface has id %u", entry.config.spi, entry.if_id);
     return false;
   }
   const xfrm::SaId key = xfrm::sa_id_of(entry);

@@ -276,6 +276,37 @@ TEST(CharonMessages, PolicyKeyIgnoresActionSoAddAndDelMatch) {
   EXPECT_NE(std::get<PolicyRequest>(added).key, std::get<PolicyRequest>(other).key);
 }
 
+TEST(CharonMessages, InterfaceIdsKeepTwoPeersZeroSelectorsApart) {
+  // Route-based VPN: two peers' 0.0.0.0/0 policies differ only in their if_id.
+  auto zero = [](std::optional<uint64_t> if_id, bool with_action) {
+    auto m = espgw::test::policy_request("out", {"0.0.0.0/0"}, {"0.0.0.0/0"},
+                                         with_action ? std::optional<uint32_t>(7) : std::nullopt);
+    if (if_id) m.set("if-id", *if_id);
+    return policy_from(m, with_action);
+  };
+  auto key = [](const auto& result) { return std::get<PolicyRequest>(result).key; };
+  const auto none = zero(std::nullopt, true), first = zero(1, true), second = zero(2, true);
+  ASSERT_TRUE(std::holds_alternative<PolicyRequest>(first)) << error_of(first);
+  EXPECT_EQ(std::get<PolicyRequest>(none).policy.if_id, 0u);
+  EXPECT_EQ(std::get<PolicyRequest>(first).policy.if_id, 1u);
+  EXPECT_EQ(std::get<PolicyRequest>(second).policy.if_id, 2u);
+  EXPECT_NE(key(first), key(second));
+  EXPECT_NE(key(none), key(first));
+  EXPECT_EQ(key(none), key(zero(0, true))) << "if-id 0 is the default device, as if absent";
+  EXPECT_EQ(key(first), key(zero(1, false))) << "add and del of one policy still match";
+  EXPECT_EQ(error_of(zero(uint64_t{1} << 32, true)),
+            "'if-id' must be a number from 0 to 4294967295");
+
+  auto sa = add_sa(true);
+  sa.set("if-id", 3);
+  const auto entry = sa_from_add_sa(sa);
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(entry)) << error_of(entry);
+  EXPECT_EQ(std::get<xfrm::SadEntry>(entry).if_id, 3u);
+  EXPECT_EQ(std::get<xfrm::SadEntry>(sa_from_add_sa(add_sa(true))).if_id, 0u);
+  sa.set("if-id", "three");
+  EXPECT_EQ(error_of(sa_from_add_sa(sa)), "'if-id' must be a number from 0 to 4294967295");
+}
+
 TEST(CharonMessages, PolicyPriorityClassesKeepCharonsOrder) {
   auto priority = [](const char* priority_class, uint64_t manual = 0) {
     Message m = policy("out");

@@ -143,6 +143,36 @@ ConfigResult parse_with(const std::string& lines) {
                                    "gw.conf");
 }
 
+TEST(GatewayConfig, InterfacesNameOneTunDevicePerInterfaceId) {
+  const auto parsed = parse_with(
+      "control-socket = /run/espgw.sock\ninterface = 1 vpn-peer1\ninterface = 4294967295 "
+      "vpn.peer2\n");
+  ASSERT_TRUE(parsed.config) << parsed.errors.front();
+  EXPECT_EQ(parsed.config->interfaces,
+            (std::vector<RouteInterface>{{1, "vpn-peer1"}, {4294967295u, "vpn.peer2"}}));
+  EXPECT_TRUE(parse_with("control-socket = /run/espgw.sock\n").config->interfaces.empty());
+  const std::string expected =
+      "'IF_ID NAME': an interface id from 1 to 4294967295 and a TUN device name of at most 15 "
+      "letters, digits, '_', '-' or '.', each id and name once";
+  for (const char* bad : {"0 vpn0", "1", "x vpn1", "4294967296 vpn1", "1 a/b", "1 a-name-of-16-chr",
+                          "1 vpn1\ninterface = 1 vpn2", "1 vpn1\ninterface = 2 vpn1"}) {
+    const auto result =
+        parse_with("control-socket = /run/espgw.sock\ninterface = " + std::string(bad) + "\n");
+    EXPECT_FALSE(result.config) << bad;
+    ASSERT_FALSE(result.errors.empty()) << bad;
+    EXPECT_NE(result.errors.back().find(expected), std::string::npos) << result.errors.back();
+  }
+  const auto default_name = parse_with("control-socket = /s\ninterface = 3 espgw0\n");
+  ASSERT_FALSE(default_name.errors.empty());
+  EXPECT_EQ(default_name.errors[0],
+            "gw.conf: 'interface 3 espgw0': the name is tun-name's, the default device");
+  const auto static_only = parse_with("interface = 3 vpn3\n");
+  ASSERT_FALSE(static_only.errors.empty());
+  EXPECT_EQ(static_only.errors[0],
+            "gw.conf: 'interface' needs 'control-socket' (charon's if_id_in and if_id_out "
+            "name the interfaces)");
+}
+
 TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
   const auto inline_mode = parse_with("workers = inline\n");
   ASSERT_TRUE(inline_mode.config);
