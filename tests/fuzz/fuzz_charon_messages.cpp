@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <string>
 #include <variant>
 
 #include "crypto/aead.h"
@@ -40,6 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (request->key.empty()) abort();
       const auto& selector = request->policy.selector;
       if (selector.local.address.family != selector.remote.address.family) abort();
+      // Two policies that differ only in their interface id (route-based VPN) never
+      // share a key: the key names every id but the default device's.
+      if ((request->policy.if_id != 0) != (request->key.find(" if-id ") != std::string::npos))
+        abort();
     }
   }
   return 0;

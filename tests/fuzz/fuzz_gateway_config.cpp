@@ -26,5 +26,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (addresses[i].bytes == std::array<uint8_t, 16>{}) abort();
     if (std::count(addresses.begin(), addresses.end(), addresses[i]) != 1) abort();
   }
+  // Route-based interfaces: ids from 1 and names each once, none the default device's.
+  const auto& interfaces = result.config->interfaces;
+  for (const auto& interface : interfaces) {
+    if (interface.if_id == 0 || interface.name.empty() || interface.name.size() > 15) abort();
+    if (interface.name == result.config->tun_name) abort();
+    if (std::count_if(interfaces.begin(), interfaces.end(), [&](const auto& other) {
+          return other.if_id == interface.if_id || other.name == interface.name;
+        }) != 1)
+      abort();
+  }
   return 0;
 }
