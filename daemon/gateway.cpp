@@ -97,9 +97,7 @@ Gateway::Gateway(GatewayConfig config)
       [this](unsigned mtu) {
         // Every device carries the tunnel MTU: the route-based interfaces' too.
         auto result = netlink_.set_mtu(tun_->name(), mtu);
-        if (interfaces_)
-          for (auto* device : interfaces_->all())
-            if (auto r = netlink_.set_mtu(device->tun->name(), mtu); !r) result = r;
+        if (auto r = interfaces_ ? interfaces_->set_mtu(netlink_, mtu) : result; !r) result = r;
         return result;
       });
   const unsigned tunnel_mtu = mtu_->initial_tunnel_mtu(static_config_);
@@ -156,14 +154,9 @@ Gateway::Gateway(GatewayConfig config)
         !r && !r.already_exists())
       throw std::runtime_error(r.message);
   if (auto r = netlink_.set_link_up(tun_->name()); !r) throw std::runtime_error(r.message);
-  for (auto* device : interfaces_->all()) {
-    if (auto r = netlink_.set_mtu(device->tun->name(), tunnel_mtu); !r)
-      throw std::runtime_error(r.message);
-    if (auto r = netlink_.set_link_up(device->tun->name()); !r) throw std::runtime_error(r.message);
-    log(LogLevel::info, "interface id %u: %s (route-based: routes over it are the operator's)",
-        device->if_id, device->tun->name().c_str());
-  }
-  steer_tun_receive();
+  interfaces_->bring_up(netlink_, tunnel_mtu);
+  tun_rps_state_ = steer_tun_receive(tun_->name());
+  for (auto* device : interfaces_->all()) steer_tun_receive(device->tun->name());
   // Fail closed: espgw's routing table, with what an earlier run left in it, before any
   // policy (xfrm/fail_closed_routes.h, xfrm/kernel_firewall.h).
   if (!xfrm::firewall_interface_name_ok(tun_->name()))
@@ -217,28 +210,27 @@ Gateway::Gateway(GatewayConfig config)
       workers.c_str(), config_.crypto_backend.c_str());
 }
 
-void Gateway::steer_tun_receive() {
+std::string Gateway::steer_tun_receive(const std::string& device) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_SET(0, &cpus);
-  if (!wants_tun_rps(config_, static_cast<unsigned>(CPU_COUNT(&cpus)))) return;
+  if (!wants_tun_rps(config_, static_cast<unsigned>(CPU_COUNT(&cpus)))) return "off";
   const std::string mask = io::cpu_mask_text(cpus);
-  const auto result = io::steer_receive_queues("/sys/class/net", tun_->name(),
-                                               if_nametoindex(tun_->name().c_str()), mask);
+  const auto result =
+      io::steer_receive_queues("/sys/class/net", device, if_nametoindex(device.c_str()), mask);
   if (!result) {
     // Asked for by name: a clear stop. Chosen by auto: the gateway works without it.
     if (config_.tun_rps) throw std::runtime_error("tun-rps = yes: " + result.error);
     log(LogLevel::warn,
         "%s: receive steering (RPS) not set: %s; the kernel may reorder a flow's packets "
         "that different workers wrote (docs/gateway_tun.md)",
-        tun_->name().c_str(), result.error.c_str());
-    tun_rps_state_ = "not set: " + result.error;
-    return;
+        device.c_str(), result.error.c_str());
+    return "not set: " + result.error;
   }
   log(LogLevel::info, "%s: receive steering (RPS) to CPUs %s on %u receive queue%s%s",
-      tun_->name().c_str(), mask.c_str(), result.queues_set, result.queues_set == 1 ? "" : "s",
+      device.c_str(), mask.c_str(), result.queues_set, result.queues_set == 1 ? "" : "s",
       result.queues_kept ? " (others had CPUs set already, left as they were)" : "");
-  tun_rps_state_ = "CPUs " + mask;
+  return "CPUs " + mask;
 }
 
 Gateway::~Gateway() {
@@ -407,13 +399,8 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
     // Route-based: only its interface's SPD. No route and no firewall rule: what enters
     // the interface is the operator's routing, as with XFRM interfaces, and a 0.0.0.0/0
     // rule would catch every other packet of the host.
-    auto* device = interfaces_->find(policy.if_id);
-    if (!device) {  // the control service refuses these first
-      log(LogLevel::error, "policy refused: no interface has id %u", policy.if_id);
-      return;
-    }
-    device->spd->add(policy);
-    policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
+    if (interfaces_->add_policy(policy))
+      policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
     return;
   }
   // The SPD learns the policy before its route exists: whatever the route brings in
@@ -428,8 +415,8 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
 bool Gateway::remove_policy_locked(uint32_t id) {
   auto existing = policies_.find(id);
   if (existing == policies_.end()) return false;
-  if (const uint32_t if_id = existing->second.policy.if_id; if_id != 0) {
-    interfaces_->find(if_id)->spd->remove(id);  // installed only where the interface is
+  if (existing->second.policy.if_id != 0) {
+    interfaces_->remove_policy(existing->second.policy);
     policies_.erase(existing);
     return true;
   }
@@ -482,13 +469,7 @@ void Gateway::start() {
     else
       threads_.emplace_back([this, q] { outbound_path_->read_tun(q); });
   }
-  for (auto* device : interfaces_->all())
-    for (unsigned q = 0; q < device->tun->queues(); ++q) {
-      if (device->tun->vnet_header())
-        threads_.emplace_back([device, q] { device->outbound->read_tun_offload(q); });
-      else
-        threads_.emplace_back([device, q] { device->outbound->read_tun(q); });
-    }
+  interfaces_->start_readers(threads_);
   for (auto& endpoint : wan_.all()) {
     WanEndpoint& e = *endpoint;
     start_udp_readers(e);

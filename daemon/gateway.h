@@ -163,8 +163,9 @@ class Gateway {
     bool from_charon = false;
   };
 
-  // Receive steering on the TUN device as `tun-rps` asks (io/receive_steering.h).
-  void steer_tun_receive();
+  // Receive steering on a TUN device as `tun-rps` asks (io/receive_steering.h); returns
+  // the status's words for it: "off", "CPUs MASK" or "not set: why".
+  std::string steer_tun_receive(const std::string& device);
   // Brings the running static SAs and policies to `next` (the constructor, reload):
   // only what changed is installed or removed.
   void apply_static_locked(xfrm::StaticConfig next);

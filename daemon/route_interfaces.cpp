@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "daemon/log.h"
+
 namespace espgw::daemon {
 
 RouteInterfaces::RouteInterfaces(const std::vector<RouteInterface>& interfaces, unsigned queues,
@@ -24,6 +26,47 @@ RouteInterfaces::RouteInterfaces(const std::vector<RouteInterface>& interfaces, 
         *device.tun, shared.pipeline, shared.lookup, shared.segment_limit, shared.counters,
         shared.acquires, shared.flow_seed, shared.running, device.spd.get());
   }
+}
+
+void RouteInterfaces::bring_up(xfrm::RtNetlink& netlink, unsigned mtu) {
+  for (auto& [if_id, device] : devices_) {
+    if (auto r = netlink.set_mtu(device.tun->name(), mtu); !r) throw std::runtime_error(r.message);
+    if (auto r = netlink.set_link_up(device.tun->name()); !r) throw std::runtime_error(r.message);
+    log(LogLevel::info, "interface id %u: %s (route-based: the routes over it are the operator's)",
+        if_id, device.tun->name().c_str());
+  }
+}
+
+xfrm::Result RouteInterfaces::set_mtu(xfrm::RtNetlink& netlink, unsigned mtu) {
+  xfrm::Result result;
+  for (auto& [if_id, device] : devices_)
+    if (auto r = netlink.set_mtu(device.tun->name(), mtu); !r) result = r;
+  return result;
+}
+
+void RouteInterfaces::start_readers(std::vector<std::thread>& threads) {
+  for (auto& [if_id, entry] : devices_) {
+    RouteInterfaceDevice* device = &entry;
+    for (unsigned q = 0; q < device->tun->queues(); ++q) {
+      if (device->tun->vnet_header())
+        threads.emplace_back([device, q] { device->outbound->read_tun_offload(q); });
+      else
+        threads.emplace_back([device, q] { device->outbound->read_tun(q); });
+    }
+  }
+}
+
+bool RouteInterfaces::add_policy(const xfrm::Policy& policy) {
+  auto* device = find(policy.if_id);
+  if (!device) {
+    log(LogLevel::error, "policy %u refused: no interface has id %u", policy.id, policy.if_id);
+    return false;
+  }
+  return device->spd->add(policy);
+}
+
+void RouteInterfaces::remove_policy(const xfrm::Policy& policy) {
+  if (auto* device = find(policy.if_id)) device->spd->remove(policy.id);
 }
 
 RouteInterfaceDevice* RouteInterfaces::find(uint32_t if_id) {

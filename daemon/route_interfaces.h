@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/acquire_raiser.h"
@@ -28,6 +29,7 @@
 #include "daemon/outbound_path.h"
 #include "io/tun_device.h"
 #include "pipeline/pipeline.h"
+#include "xfrm/netlink.h"
 #include "xfrm/spd.h"
 
 namespace espgw::daemon {
@@ -59,6 +61,18 @@ class RouteInterfaces {
                   const Shared& shared);
   RouteInterfaces(const RouteInterfaces&) = delete;
   RouteInterfaces& operator=(const RouteInterfaces&) = delete;
+
+  // Sets each device's MTU (the tunnel MTU) and brings it up; throws std::runtime_error.
+  void bring_up(xfrm::RtNetlink& netlink, unsigned mtu);
+  // The tunnel MTU changed: every device's; the last failure, if any.
+  xfrm::Result set_mtu(xfrm::RtNetlink& netlink, unsigned mtu);
+  // One reader thread per queue of each device, added to `threads`.
+  void start_readers(std::vector<std::thread>& threads);
+
+  // A policy of an interface id into (out of) that interface's SPD. add_policy is false
+  // (logged) for an id no interface has; the control service refuses those first.
+  bool add_policy(const xfrm::Policy& policy);
+  void remove_policy(const xfrm::Policy& policy);
 
   // The interface of `if_id`; nullptr for 0 and for an id espgw.conf does not name.
   RouteInterfaceDevice* find(uint32_t if_id);
