@@ -190,8 +190,10 @@ interface = 2 peer2" start_espgw h
   out1=$(hub_packets out peer1) out2=$(hub_packets out peer2)
   in1=$(hub_packets in peer1) in2=$(hub_packets in peer2)
   log "hub packets: peer1 out $out1 in $in1, peer2 out $out2 in $in2"
-  check "each peer's traffic went through its own SAs (> 1000 packets each way)" \
-    test "$out1" -gt 1000 -a "$in1" -gt 1000 -a "$out2" -gt 1000 -a "$in2" -gt 1000
+  # TCP's data out (more than 1,000 packets each), its ACKs and the pings' replies in
+  # (fewer: the receivers acknowledge coalesced segments).
+  check "each peer's traffic went through its own SAs (> 1000 packets out, > 100 in)" \
+    test "$out1" -gt 1000 -a "$in1" -gt 100 -a "$out2" -gt 1000 -a "$in2" -gt 100
 
   # p2's tunnel goes: what the route still sends into peer2 is dropped, never sent in clear.
   swan p2 --terminate --ike hub --timeout 10 >/dev/null 2>&1 || true
