@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Route-based VPN with charon and espgw: one hub, two peers, every CHILD_SA with
-# local_ts = remote_ts = 0.0.0.0/0 and its own if_id (as with Linux XFRM interfaces).
+# local_ts = remote_ts = 0.0.0.0/0,::/0 and its own if_id (as with Linux XFRM interfaces).
 #
 #   lanH 10.1.0.2 ── hub (charon + espgw) ═╦═ br0 192.0.2.1 ══ p1 192.0.2.2 (LAN 10.2.0.1)
+#   fd00:1::2                              ║                     fd00:2::1
 #                                          ╚═════════════════ p2 192.0.2.3 (LAN 10.3.0.1)
+#                                                                fd00:3::1
 #
 # The hub's espgw has `interface = 1 peer1` and `interface = 2 peer2`; its connections to
 # p1 and p2 set if_id_in = if_id_out = 1 and 2. Static routes choose the tunnel:
-# 10.2.0.0/16 dev peer1, 10.3.0.0/16 dev peer2 (each peer routes 10.1.0.0/16 over its own
-# interface, `tohub`). Checks: both tunnels come up with two 0.0.0.0/0 policies each way
-# on the hub, espgwctl shows each SA with its interface, ping and iperf3 from lanH reach
-# both peers' LANs through the right SAs, espgw added no route of its own for them, and
+# 10.2.0.0/16 and fd00:2::/64 dev peer1, 10.3.0.0/16 and fd00:3::/64 dev peer2 (each peer
+# routes the hub's LAN over its own interface, `tohub`). Checks: both tunnels come up with
+# two 0.0.0.0/0 and two ::/0 out policies on the hub, espgwctl shows each SA with its
+# interface, ping (IPv4 and IPv6) and iperf3 from lanH reach both peers' LANs through the
+# right SAs, espgw added no route of its own for them, and
 # after p2's tunnel goes, p2's LAN is unreachable (dropped in espgw, never sent in clear)
 # while p1's still works.
 #
@@ -33,6 +36,7 @@ EXTRA_NS=("$HUB" "$P1" "$P2" "$LANH")
 side_ns() { case $1 in h) echo "$HUB" ;; p1) echo "$P1" ;; p2) echo "$P2" ;; esac; }
 side_addr() { case $1 in h) echo 192.0.2.1 ;; p1) echo 192.0.2.2 ;; p2) echo 192.0.2.3 ;; esac; }
 peer_lan() { [[ $1 == p1 ]] && echo 10.2.0.1 || echo 10.3.0.1; }
+peer_lan6() { [[ $1 == p1 ]] && echo fd00:2::1 || echo fd00:3::1; }
 
 check() {  # check LABEL CMD...
   local label=$1
@@ -71,14 +75,19 @@ setup() {
     ip -n "$ns" link set wan0 up
     # The peer's LAN: an address of its own behind the tunnel.
     ip -n "$ns" addr add "$(peer_lan $peer)/32" dev lo
+    ip -n "$ns" addr add "$(peer_lan6 $peer)/128" dev lo
   done
   ip -n "$LANH" link add eth0 type veth peer name lan0 netns "$HUB"
   ip -n "$LANH" addr add 10.1.0.2/16 dev eth0
+  ip -n "$LANH" addr add fd00:1::2/64 dev eth0 nodad
   ip -n "$HUB" addr add 10.1.0.1/16 dev lan0
+  ip -n "$HUB" addr add fd00:1::1/64 dev lan0 nodad
   ip -n "$LANH" link set eth0 up
   ip -n "$HUB" link set lan0 up
   ip -n "$LANH" route add default via 10.1.0.1
-  in_ns "$HUB" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+  ip -n "$LANH" -6 route add default via fd00:1::1
+  in_ns "$HUB" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward;
+                      echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'
 }
 
 # swanctl.conf of SIDE: one connection per entry "NAME REMOTE_SIDE IF_ID".
@@ -107,8 +116,8 @@ write_route_based_swanctl() {
     }
     children {
       net {
-        local_ts = 0.0.0.0/0
-        remote_ts = 0.0.0.0/0
+        local_ts = 0.0.0.0/0,::/0
+        remote_ts = 0.0.0.0/0,::/0
         if_id_in = $if_id
         if_id_out = $if_id
         esp_proposals = aes128gcm16
@@ -146,9 +155,9 @@ for s in json.load(sys.stdin)["sas"].values():
 hub_packets() { hub_sas | awk -v d="$1" -v i="$2" '$2 == d && $3 == i {n += $4} END {print n + 0}'; }
 sas_on() { [[ $(hub_sas | awk -v i="$1" '$3 == i' | wc -l) == 2 ]]; }
 no_sas_on() { [[ $(hub_sas | awk -v i="$1" '$3 == i' | wc -l) == 0 ]]; }
-# The hub's out policies of 0.0.0.0/0, as their interfaces, sorted.
+# The hub's out policies to REMOTE (0.0.0.0/0, ::/0), as their interfaces, sorted.
 zero_out_policies() {
-  espgw_json h policies '" ".join(sorted(p["interface"] for p in d["policies"].values() if p["direction"] == "out" and p["remote"] == "0.0.0.0/0"))'
+  espgw_json h policies '" ".join(sorted(p["interface"] for p in d["policies"].values() if p["direction"] == "out" and p["remote"] == "'"$1"'"))'
 }
 no_espgw_routes() { [[ -z $(ip -n "$HUB" route show table all proto 245 | grep -E 'dev peer|^default') ]]; }
 
@@ -166,8 +175,12 @@ interface = 2 peer2" start_espgw h
   # The operator's routes over the interfaces (espgw adds none for them).
   ip -n "$HUB" route add 10.2.0.0/16 dev peer1
   ip -n "$HUB" route add 10.3.0.0/16 dev peer2
-  ip -n "$P1" route add 10.1.0.0/16 dev tohub
-  ip -n "$P2" route add 10.1.0.0/16 dev tohub
+  ip -n "$HUB" route add fd00:2::/64 dev peer1
+  ip -n "$HUB" route add fd00:3::/64 dev peer2
+  for ns in "$P1" "$P2"; do
+    ip -n "$ns" route add 10.1.0.0/16 dev tohub
+    ip -n "$ns" route add fd00:1::/64 dev tohub
+  done
 
   check "p1 brings its tunnel up" swan p1 --initiate --child net --timeout 20
   check "p2 brings its tunnel up" swan p2 --initiate --child net --timeout 20
@@ -175,7 +188,8 @@ interface = 2 peer2" start_espgw h
   check "and peer2's two, on interface peer2" wait_until 10 sas_on peer2
   log "hub SAs:"; hub_sas | sed 's/^/    /'
   check "two 0.0.0.0/0 out policies coexist, one per interface" \
-    test "$(zero_out_policies)" = "peer1 peer2"
+    test "$(zero_out_policies 0.0.0.0/0)" = "peer1 peer2"
+  check "and two ::/0 ones" test "$(zero_out_policies ::/0)" = "peer1 peer2"
   check "espgw added no route for them (the operator's routes decide)" no_espgw_routes
   espgwctl_on h sas >"$WORK/espgwctl-sas.txt" 2>&1 || true
   check "espgwctl sas has the INTERFACE column" grep -q 'INTERFACE' "$WORK/espgwctl-sas.txt"
@@ -184,6 +198,8 @@ interface = 2 peer2" start_espgw h
   check "ping lanH -> p1's LAN" ping_ok "$LANH" 10.2.0.1
   check "ping lanH -> p2's LAN" ping_ok "$LANH" 10.3.0.1
   check "ping p1's LAN -> lanH" in_ns "$P1" ping -c 3 -i 0.2 -W 2 -I 10.2.0.1 10.1.0.2
+  check "ping lanH -> p1's LAN over IPv6" ping_ok "$LANH" fd00:2::1
+  check "ping lanH -> p2's LAN over IPv6" ping_ok "$LANH" fd00:3::1
   check "iperf3 lanH -> p1's LAN" iperf_ok "$LANH" "$P1" 10.2.0.1
   check "iperf3 lanH -> p2's LAN" iperf_ok "$LANH" "$P2" 10.3.0.1
   local out1 out2 in1 in2
