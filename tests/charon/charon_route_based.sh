@@ -15,7 +15,8 @@
 # interface, ping (IPv4 and IPv6) and iperf3 from lanH reach both peers' LANs through the
 # right SAs, espgw added no route of its own for them, and
 # after p2's tunnel goes, p2's LAN is unreachable (dropped in espgw, never sent in clear)
-# while p1's still works.
+# while p1's still works; once the hub's espgw stops, the operator's prohibit route keeps
+# p1's LAN closed although the hub's default route leads to p1.
 #
 # Usage: charon_route_based.sh ESPGW ESPGWCTL PLUGIN
 set -euo pipefail
@@ -172,7 +173,11 @@ interface = 2 peer2" start_espgw h
   write_route_based_swanctl p1 "hub h 1"
   write_route_based_swanctl p2 "hub h 2"
   for side in h p1 p2; do load_swanctl "$side"; done
-  # The operator's routes over the interfaces (espgw adds none for them).
+  # The operator's routes over the interfaces (espgw adds none for them), with a prohibit
+  # route behind one, which keeps it closed while espgw is down; and a default route that
+  # would otherwise carry it to p1 in clear.
+  ip -n "$HUB" route add default via 192.0.2.2
+  ip -n "$HUB" route add prohibit 10.2.0.0/16 metric 4096
   ip -n "$HUB" route add 10.2.0.0/16 dev peer1
   ip -n "$HUB" route add 10.3.0.0/16 dev peer2
   ip -n "$HUB" route add fd00:2::/64 dev peer1
@@ -220,6 +225,26 @@ interface = 2 peer2" start_espgw h
   local no_policy
   no_policy=$(espgw_json h stats 'd["gateway-drops"]["no-policy"]')
   check "the hub dropped p2's packets for want of a policy ($no_policy)" test "$no_policy" -ge 2
+
+  # espgw stops: its devices go, and the routes over them with them. p1 counts the echo
+  # requests for its LAN that reach it in clear.
+  in_ns "$P1" nft -f - <<'EOS'
+table ip clear_watch {
+  chain prerouting {
+    type filter hook prerouting priority -300; policy accept;
+    iifname "wan0" ip daddr 10.2.0.1 icmp type echo-request counter
+  }
+}
+EOS
+  kill -TERM "${ESPGW_PID[h]}"
+  check "the hub's espgw stopped and its devices went" wait_until 10 hub_devices_gone
+  check "p1's LAN is unreachable with the hub's espgw down" ping_fails "$LANH" 10.2.0.1
+  check "and nothing reached it in clear: the operator's prohibit route kept it closed" \
+    test "$(clear_echo_requests)" = 0
+}
+hub_devices_gone() { ! ip -n "$HUB" link show peer1 >/dev/null 2>&1; }
+clear_echo_requests() {
+  in_ns "$P1" nft list table ip clear_watch | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'
 }
 
 on_failure_logs() {
