@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -20,6 +21,7 @@ using server_detail::kAcceptBackoff;
 using server_detail::kMaxIovecs;
 using server_detail::kPauseReadingAbove;
 using server_detail::kReadChunk;
+using server_detail::kTakeToSend;
 
 void Server::State::run() {
   // Shown by top -H and ps -L next to espgw's readers and workers (util/thread_name.h,
@@ -145,13 +147,27 @@ void Server::State::read(Connection& connection) {
   }
 }
 
+// Takes packets from the front of the outbox, whole, up to kTakeToSend bytes (at least one
+// packet). What is taken is committed to this connection's byte stream; what stays in the
+// outbox can still be overtaken by an urgent event. Taking the whole backlog at once would
+// put an SA's expiry behind up to kMaxQueuedOutput of bulk events.
+void Server::State::take_to_send(Connection& connection) {
+  std::lock_guard lock(mutex);
+  Outbox& outbox = *connection.outbox;
+  size_t taken = 0, bytes = 0;
+  while (!outbox.queue.empty() &&
+         (taken == 0 || bytes + outbox.queue.front()->size() <= kTakeToSend)) {
+    bytes += outbox.queue.front()->size();
+    connection.sending.push_back(std::move(outbox.queue.front()));
+    outbox.queue.pop_front();
+    ++taken;
+  }
+  outbox.urgent -= std::min(outbox.urgent, taken);
+}
+
 void Server::State::flush(Connection& connection) {
   while (true) {
-    if (connection.sending.empty()) {
-      std::lock_guard lock(mutex);
-      connection.sending.swap(connection.outbox->queue);
-      connection.outbox->urgent = 0;
-    }
+    if (connection.sending.empty()) take_to_send(connection);
     if (connection.sending.empty()) return;
     iovec iov[kMaxIovecs];
     int count = 0;

@@ -40,6 +40,9 @@ using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 constexpr size_t kPauseReadingAbove = kMaxPacketSize;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxIovecs = 64;
+// Bytes the server thread takes from an outbox to write at a time: about what a Unix
+// socket's send buffer holds, so that an urgent event waits behind little more than that.
+constexpr size_t kTakeToSend = 64 * 1024;
 // After accept() fails for want of descriptors or memory, the listening socket stays
 // readable; waiting this long before retrying keeps the loop from spinning.
 constexpr std::chrono::milliseconds kAcceptBackoff{100};
@@ -113,6 +116,7 @@ struct Server::State {
   void wake();
   // Under mutex. False if the connection overflowed (and is now marked for closing).
   bool enqueue_locked(Outbox& outbox, const Bytes& bytes, bool urgent = false);
+  void take_to_send(Connection& connection);
   // To every registered connection, or only to `to`.
   size_t publish(std::optional<ConnectionId> to, std::string_view event, const Message& message,
                  Priority priority = Priority::normal, size_t* shed = nullptr);
