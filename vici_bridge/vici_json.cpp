@@ -59,7 +59,10 @@ class Writer {
       }
       path_.pop_back();
     }
-    if (!first) out += "\n" + std::string(static_cast<size_t>(indent), ' ');
+    if (!first) {
+      out += '\n';
+      out.append(static_cast<size_t>(indent), ' ');
+    }
     out += "}";
   }
 
