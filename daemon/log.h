@@ -13,7 +13,13 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 std::optional<LogLevel> parse_log_level(std::string_view name);
 
-// printf-style; a newline is added.
+// printf-style; a newline is added. On a terminal or in a file each line starts with the
+// UTC time and "espgw LEVEL:"; when stderr is systemd's journal stream (the unit), with
+// the level's syslog priority as "<N>" instead, and no time: the journal stamps lines.
 void log(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+// "<N>" for LEVEL when stderr is the journal, "" otherwise: for lines written to stderr
+// without log() (configuration errors), so that they too carry their priority.
+const char* journal_prefix(LogLevel level);
 
 }  // namespace espgw::daemon

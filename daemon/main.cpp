@@ -22,6 +22,7 @@
 #include "daemon/gateway.h"
 #include "daemon/heap_trimmer.h"
 #include "daemon/log.h"
+#include "daemon/service_manager.h"
 #include "xfrm/fail_closed_routes.h"
 #include "xfrm/kernel_firewall.h"
 
@@ -94,8 +95,9 @@ int main(int argc, char** argv) {
   const std::string& config_path = options.config_path;
   auto parsed = parse_gateway_config(config_path);
   if (!parsed.config) {
-    for (const auto& error : parsed.errors) std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
+    for (const auto& error : parsed.errors)
+      std::fprintf(stderr, "%s%s\n", journal_prefix(LogLevel::error), error.c_str());
+    return kExitConfigError;
   }
   if (options.release) return release_fail_closed(*parsed.config);
   if (options.check_only) {
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   try {
+    ServiceManager service_manager;
     Gateway gateway(*parsed.config);
     // charon's plugin and espgwctl connect here; it must hook into the gateway before the
     // readers start.
@@ -128,6 +131,8 @@ int main(int argc, char** argv) {
                                                     parsed.config->parallel_children);
       parallel->start();
     }
+    service_manager.ready(control ? "forwarding; control socket " + parsed.config->control_socket
+                                  : "forwarding; static SAs");
     auto interval = gateway.stats_interval();
     auto next_stats = std::chrono::steady_clock::now() + interval;
     // After charon removed many SAs, what glibc kept of their memory goes back.
@@ -139,6 +144,7 @@ int main(int argc, char** argv) {
       const int signal = sigtimedwait(&signals, nullptr, &timeout);
       if (signal == SIGTERM || signal == SIGINT) {
         log(LogLevel::info, "%s: stopping", strsignal(signal));
+        service_manager.stopping();
         break;
       }
       if (signal == SIGHUP) reloader.reload();
@@ -150,6 +156,7 @@ int main(int argc, char** argv) {
         interval = now_interval;  // a reload changed it: the next log is one interval away
         next_stats = std::chrono::steady_clock::now() + interval;
       }
+      service_manager.poll(std::chrono::steady_clock::now());
       if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
         gateway.log_counters();
         next_stats += interval;
