@@ -29,12 +29,13 @@ executable() { [[ -f $1 && -x $1 ]]; }
 exports_create() { nm -D --defined-only "$1" | awk '$2 == "T" && $3 == "espgw_plugin_create" {found = 1} END {exit !found}'; }
 same_file() { cmp -s "$1" "$2"; }
 
-# verify_unit UNIT DESTDIR: systemd-analyze verify, with the ExecStart binary looked up
-# inside DESTDIR (verify checks that it exists and is executable). Any message fails.
+# verify_unit UNIT DESTDIR: systemd-analyze verify, with the ExecStart and ExecStartPre
+# binaries looked up inside DESTDIR (verify checks that they exist and are executable).
+# Any message fails.
 verify_unit() {
   local unit=$1 dest=$2 dir
   dir=$(mktemp -d "$tmp/verify.XXXXXX")
-  sed "s#^ExecStart=#ExecStart=$dest#" "$unit" >"$dir/espgw.service"
+  sed "s#^\(ExecStart\(Pre\)\?=\)#\1$dest#" "$unit" >"$dir/espgw.service"
   local out
   out=$(cd "$dir" && systemd-analyze verify --man=no ./espgw.service 2>&1) || { echo "$out"; return 1; }
   [[ -z $out ]] || { echo "$out"; return 1; }
@@ -69,6 +70,8 @@ layout() {  # layout NAME PREFIX
   check "$name: $unit_dir/espgw.service installed" test -f "$unit"
   check "$name: the unit starts ${prefix%/}/sbin/espgw -c /etc/espgw/espgw.conf" \
     grep -qx "ExecStart=${prefix%/}/sbin/espgw -c /etc/espgw/espgw.conf" "$unit"
+  check "$name: the unit checks the configuration first with ${prefix%/}/sbin/espgw --check" \
+    grep -qx "ExecStartPre=${prefix%/}/sbin/espgw --check -c /etc/espgw/espgw.conf" "$unit"
   if command -v systemd-analyze >/dev/null; then
     check "$name: systemd-analyze verify accepts the unit" verify_unit "$unit" "$dest"
   else
@@ -92,6 +95,19 @@ layout() {  # layout NAME PREFIX
     "$sbin/espgw" --check -c "$examples/split/espgw.conf"
   check "$name: split/charon-espgw is installed executable" test -x "$examples/split/charon-espgw"
 
+  # charon's AppArmor rule for the control socket, which the package's postinst includes.
+  local apparmor="$dest${prefix%/}/share/espgw/apparmor/usr.lib.ipsec.charon"
+  check "$name: AppArmor rule for charon in share/espgw/apparmor" \
+    same_file "$apparmor" "$source/configs/apparmor/usr.lib.ipsec.charon"
+  # Man pages: each docs/man/NAME.N in share/man/manN.
+  local man_pages=() page
+  for page in "$source"/docs/man/*.[0-9]; do
+    [[ -f $page ]] || continue
+    local installed="$dest${prefix%/}/share/man/man${page##*.}/$(basename "$page")"
+    check "$name: man page $(basename "$page") in share/man/man${page##*.}" same_file "$installed" "$page"
+    man_pages+=("$installed")
+  done
+
   # Nothing but these files under DESTDIR, and nothing elsewhere: install_manifest.txt
   # lists every file cmake installed (without DESTDIR), and each must be one of them.
   local expected=(
@@ -101,7 +117,8 @@ layout() {  # layout NAME PREFIX
     "$examples/static/README.md" "$examples/static/site-a.conf" "$examples/static/site-b.conf"
     "$examples/split/README.md" "$examples/split/espgw.conf" "$examples/split/strongswan-espgw.conf"
     "$examples/split/charon-espgw.service" "$examples/split/charon-espgw"
-    "$examples/split/swanctl/swanctl-espgw.conf")
+    "$examples/split/swanctl/swanctl-espgw.conf"
+    "$apparmor" ${man_pages[@]+"${man_pages[@]}"})
   local unexpected
   unexpected=$(comm -13 <(printf '%s\n' "${expected[@]}" | sort) <(find "$dest" -type f | sort))
   check "$name: no other files installed${unexpected:+: $unexpected}" test -z "$unexpected"
