@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  libsystemd-dev                                  # sd_notify: the unit's Type=notify and watchdog
+  dpkg-dev systemd-container                      # cpack's dpkg-shlibdeps; the unit tested in systemd-nspawn
   clang clang-format libclang-rt-14-dev          # fuzzing (libFuzzer) and formatting
   libipsec-mb-dev libssl-dev libmnl-dev           # crypto backends, netlink
   libnftables-dev nftables                        # in/fwd policies in the kernel; nft for tests

@@ -29,13 +29,14 @@ executable() { [[ -f $1 && -x $1 ]]; }
 exports_create() { nm -D --defined-only "$1" | awk '$2 == "T" && $3 == "espgw_plugin_create" {found = 1} END {exit !found}'; }
 same_file() { cmp -s "$1" "$2"; }
 
-# verify_unit UNIT DESTDIR: systemd-analyze verify, with the ExecStart and ExecStartPre
-# binaries looked up inside DESTDIR (verify checks that they exist and are executable).
+# verify_unit UNIT DESTDIR: systemd-analyze verify, with the espgw of ExecStart and
+# ExecReload looked up inside DESTDIR (verify checks that it exists and is executable).
 # Any message fails.
 verify_unit() {
   local unit=$1 dest=$2 dir
   dir=$(mktemp -d "$tmp/verify.XXXXXX")
-  sed "s#^\(ExecStart\(Pre\)\?=\)#\1$dest#" "$unit" >"$dir/espgw.service"
+  sed -e "s#^ExecStart=#ExecStart=$dest#" -e "s#^ExecReload=\(/[^ ]*/espgw \)#ExecReload=$dest\1#" \
+    "$unit" >"$dir/espgw.service"
   local out
   out=$(cd "$dir" && systemd-analyze verify --man=no ./espgw.service 2>&1) || { echo "$out"; return 1; }
   [[ -z $out ]] || { echo "$out"; return 1; }
@@ -70,8 +71,8 @@ layout() {  # layout NAME PREFIX
   check "$name: $unit_dir/espgw.service installed" test -f "$unit"
   check "$name: the unit starts ${prefix%/}/sbin/espgw -c /etc/espgw/espgw.conf" \
     grep -qx "ExecStart=${prefix%/}/sbin/espgw -c /etc/espgw/espgw.conf" "$unit"
-  check "$name: the unit checks the configuration first with ${prefix%/}/sbin/espgw --check" \
-    grep -qx "ExecStartPre=${prefix%/}/sbin/espgw --check -c /etc/espgw/espgw.conf" "$unit"
+  check "$name: the unit checks the configuration before a reload with ${prefix%/}/sbin/espgw --check" \
+    grep -qx "ExecReload=${prefix%/}/sbin/espgw --check -c /etc/espgw/espgw.conf" "$unit"
   if command -v systemd-analyze >/dev/null; then
     check "$name: systemd-analyze verify accepts the unit" verify_unit "$unit" "$dest"
   else
