@@ -10,7 +10,7 @@ WanEndpoints::WanEndpoints(const std::vector<esp::IpAddress>& addresses) {
   for (size_t i = 0; i < addresses.size(); ++i) {
     auto endpoint = std::make_unique<WanEndpoint>();
     endpoint->address = addresses[i];
-    endpoint->prefix = i == 0 ? "" : "a" + std::to_string(i) + "-";
+    if (i > 0) endpoint->prefix.append("a").append(std::to_string(i)).append("-");
     endpoints_.push_back(std::move(endpoint));
   }
 }

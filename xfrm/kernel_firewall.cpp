@@ -117,7 +117,8 @@ std::string firewall_ruleset(const FirewallSpec& spec) {
 
 std::string firewall_table(std::string_view tun_name, const FirewallChainRules& rules) {
   const std::string table = "table inet " + firewall_table_name(tun_name);
-  const std::string tun = "\"" + std::string(tun_name) + "\"";
+  std::string tun = "\"";
+  tun.append(tun_name).append("\"");
   // Declaring the table first makes the delete succeed whether or not it existed; the
   // three commands are one transaction, so no packet sees the table empty.
   std::string text = table + " {}\ndelete " + table + "\n" + table + " {\n";

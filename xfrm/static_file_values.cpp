@@ -28,7 +28,9 @@ std::optional<std::string> showable(std::string_view word) {
     }
   }
   if (digits > kMaxDigits) return std::nullopt;
-  return "'" + std::string(word) + "'";
+  std::string quoted = "'";
+  quoted.append(word).append("'");
+  return quoted;
 }
 
 // "'word'" or, where the word may not be repeated, "the value".

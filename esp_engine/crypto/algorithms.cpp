@@ -96,7 +96,10 @@ std::string_view integrity_name(IntegrityAlgorithm algorithm) {
 
 std::string transform_name(EncryptionAlgorithm algorithm, IntegrityAlgorithm integrity) {
   std::string name(algorithm_name(algorithm));
-  if (integrity != IntegrityAlgorithm::none) name += "/" + std::string(integrity_name(integrity));
+  if (integrity != IntegrityAlgorithm::none) {
+    name += '/';
+    name += integrity_name(integrity);
+  }
   return name;
 }
 
