@@ -6,6 +6,8 @@
 #   asan  (AddressSanitizer + UndefinedBehaviorSanitizer): every test but the "timing" and
 #         "charon" ones (the daemon runs under real traffic in the netns scenarios; charon's
 #         scenarios add the C plugin, which runs in charon's own uninstrumented process)
+#   package (Release, Debian's dpkg-buildflags, no -Werror): what is installed, then the
+#         Debian package made from it, installed, run, purged (tests/install)
 #   release: every test; it runs last so that ctest's summary line closes the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +43,25 @@ cmake --build build/asan
 # whole suite near half an hour on two cores.
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
   ctest --test-dir build/asan -LE 'timing|charon' --output-on-failure --no-tests=error
+
+step "packagers' build: Release with dpkg-buildflags (hardening=+all), no -Werror; its Debian package"
+# What a user's or a distribution's build does: no preset, so warnings are not errors
+# (ESPGW_WERROR is off), Debian's compiler and linker flags (CMake reads CFLAGS, CXXFLAGS and
+# LDFLAGS; CPPFLAGS go in with them, as debhelper does). Only what is installed is built,
+# and the package made from it is installed, run and purged, and its unit tested under
+# systemd (tests/install).
+(
+  export DEB_BUILD_MAINT_OPTIONS=hardening=+all
+  cppflags=$(dpkg-buildflags --get CPPFLAGS)
+  export CFLAGS="$(dpkg-buildflags --get CFLAGS) $cppflags"
+  export CXXFLAGS="$(dpkg-buildflags --get CXXFLAGS) $cppflags"
+  export LDFLAGS="$(dpkg-buildflags --get LDFLAGS)"
+  cmake -S . -B build/package -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DESPGW_BUILD_TESTS=OFF -DESPGW_BUILD_BENCH=OFF >/dev/null
+)
+cmake --build build/package
+bash tests/install/package_install.sh build/package
+bash tests/install/systemd_unit.sh build/package || (($? == 77))
 
 step "release build: all tests"
 cmake --preset release >/dev/null
