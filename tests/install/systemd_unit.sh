@@ -29,6 +29,10 @@ fi
 TMP=$(mktemp -d /tmp/espgw-systemd.XXXXXX)
 ROOT=$TMP/root
 NSPAWN_PID=""
+# nspawn keeps lock and propagation directories in /run/systemd/nspawn; if this test made
+# it, it goes again.
+NSPAWN_RUN_DIR_NEW=no
+[[ -e /run/systemd/nspawn ]] || NSPAWN_RUN_DIR_NEW=yes
 FAILURES=0
 PASSES=0
 log() { printf '[systemd] %s\n' "$*"; }
@@ -62,6 +66,7 @@ cleanup() {
   else
     rm -rf "$TMP"
   fi
+  [[ $NSPAWN_RUN_DIR_NEW == no ]] || rm -rf /run/systemd/nspawn
 }
 trap cleanup EXIT
 
