@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -159,5 +160,12 @@ unsigned wan_reader_count(const GatewayConfig& config);
 // Whether `tun-rps` asks for receive steering, with auto resolved against `cpus`, the
 // CPUs espgw may run on: with workers an SA's packets are written by several threads.
 bool wants_tun_rps(const GatewayConfig& config, unsigned cpus);
+
+// What the gateway throws when the configuration, not the system, is at fault (the static
+// SA file's errors, SAs it cannot carry): espgw exits with kExitConfigError
+// (service_manager.h), which the systemd unit does not restart.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 }  // namespace espgw::daemon

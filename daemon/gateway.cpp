@@ -73,16 +73,16 @@ Gateway::Gateway(GatewayConfig config)
     if (!file.config) {
       std::string message = "static SA file has errors:";
       for (const auto& error : file.errors) message += "\n  " + error;
-      throw std::runtime_error(message);
+      throw ConfigError(message);
     }
     static_config_ = std::move(*file.config);
     if (const auto refusals = static_wan_refusals(static_config_); !refusals.empty()) {
       std::string message = config_.static_sa_file + ": SAs this gateway cannot send or receive:";
       for (const auto& refusal : refusals) message += "\n  " + refusal;
-      throw std::runtime_error(message);
+      throw ConfigError(message);
     }
   }
-  if (config_.local_addresses.empty()) throw std::runtime_error("no local-address configured");
+  if (config_.local_addresses.empty()) throw ConfigError("no local-address configured");
   // Before anything else that could carry traffic: no SA may exist without its counter.
   sa_state_ = std::make_unique<SaStateKeeper>(config_.state_dir);
 

@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
     if (control) control->stop();
     gateway.stop();
     gateway.log_counters();
+  } catch (const ConfigError& error) {
+    log(LogLevel::error, "%s", error.what());
+    return kExitConfigError;
   } catch (const std::exception& error) {
     log(LogLevel::error, "%s", error.what());
     return 1;
