@@ -20,8 +20,8 @@ void print_usage(std::FILE* to) {
                "  -V, --version      show the version and exit\n\n"
                "Signals: SIGTERM/SIGINT stop, SIGHUP reloads espgw.conf's run-time settings\n"
                "and the static SA file, SIGUSR1 logs every counter.\n"
-               "Exit status: 0 stopped normally (or --check passed), 1 configuration or\n"
-               "run-time error, 2 bad command line. See espgw(8), espgw.conf(5).\n");
+               "Exit status: 0 stopped normally (or --check passed), 1 run-time error,\n"
+               "2 bad command line, 78 configuration error. See espgw(8), espgw.conf(5).\n");
 }
 
 }  // namespace

@@ -30,8 +30,10 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS /usr/lib/ipsec)
 # internal structures, which any upstream release may change, so the package accepts any
 # Debian revision of that release and no other: VERSION <= x < NEXT~, NEXT the release
 # with the last component one higher (5.9.8 -> 5.9.9~; "~" sorts before anything, so
-# 5.9.9~rc1 is out too). charon itself (strongswan-charon) comes with the same pin; swanctl
-# is only recommended (espgw also runs from a static SA file, without charon).
+# 5.9.9~rc1 is out too). charon itself is either Debian's (strongswan-charon, started by
+# strongswan-starter) or charon-systemd (strongswan.service); both depend on exactly their
+# own libstrongswan, so the pin above holds them to the same release. swanctl is only
+# recommended (espgw also runs from a static SA file, without charon).
 if(NOT ESPGW_STRONGSWAN_VERSION MATCHES "^([0-9.]*\\.)?([0-9]+)$")
   message(FATAL_ERROR "cannot pin strongSwan version '${ESPGW_STRONGSWAN_VERSION}'")
 endif()
@@ -39,10 +41,11 @@ math(EXPR espgw_swan_last "${CMAKE_MATCH_2} + 1")
 set(espgw_swan_next "${CMAKE_MATCH_1}${espgw_swan_last}~")
 set(espgw_swan_range "(>= ${ESPGW_STRONGSWAN_VERSION}), %s (<< ${espgw_swan_next})")
 set(espgw_depends "")
-foreach(swan_package libstrongswan strongswan-libcharon strongswan-charon)
+foreach(swan_package libstrongswan strongswan-libcharon)
   string(REPLACE "%s" "${swan_package}" range "${espgw_swan_range}")
   list(APPEND espgw_depends "${swan_package} ${range}")
 endforeach()
+list(APPEND espgw_depends "strongswan-charon | charon-systemd")
 list(JOIN espgw_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS strongswan-swanctl)
 

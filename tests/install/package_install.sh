@@ -66,10 +66,12 @@ log "Depends: $depends"
 swan=$(dpkg-query -W -f='${Version}' libstrongswan)
 upstream=${swan#*:}
 upstream=${upstream%%-*}
-for p in libstrongswan strongswan-libcharon strongswan-charon; do
+for p in libstrongswan strongswan-libcharon; do
   check "Depends pins $p to strongSwan $upstream, the release the plugin was built against" \
     sh -c "echo '$depends' | grep -qF '$p (>= $upstream)' && echo '$depends' | grep -qE '$p \(<< [0-9.]+~\)'"
 done
+check "Depends on a charon: strongswan-charon or charon-systemd" \
+  sh -c "echo '$depends' | grep -qF 'strongswan-charon | charon-systemd'"
 check "the installed strongSwan ($swan) satisfies the pin" \
   sh -c "upper=\$(echo '$depends' | grep -oE 'libstrongswan \(<< [^)]+\)' | sed 's/.*<< //; s/)//');
          dpkg --compare-versions '$swan' ge '$upstream' && dpkg --compare-versions '$swan' lt \"\$upper\""
