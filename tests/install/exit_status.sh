@@ -34,7 +34,7 @@ grep -q "bad.conf:5: .*no-such-key" "$tmp/err" && pass "its FILE:LINE message" |
 status 78 "espgw --check on it" --check -c "$tmp/bad.conf"
 status 78 "an error in the static SA file" -c "$tmp/good.conf"
 grep -q "sa.conf:2: " "$tmp/err" && pass "its FILE:LINE message" || fail "no static file message: $(cat "$tmp/err")"
-status 2 "no -c" --check
+status 2 "an unknown option" --no-such-option
 status 0 "espgw --check on an espgw.conf whose own lines are right (the static SA file is read at start)" --check -c "$tmp/good.conf"
 
 # On the journal's stream (JOURNAL_STREAM names stderr's device and inode): a priority,
