@@ -11,7 +11,8 @@ namespace {
 bool is_gauge(const std::string& name) {
   // Per WAN socket the name carries a prefix ("udp0-receive-buffer").
   return std::any_of(std::begin(kGaugeCounters), std::end(kGaugeCounters), [&](auto gauge) {
-    return name == gauge || name.ends_with("-" + std::string(gauge));
+    return name == gauge || (name.size() > gauge.size() && name.ends_with(gauge) &&
+                             name[name.size() - gauge.size() - 1] == '-');
   });
 }
 

@@ -71,7 +71,7 @@ std::vector<std::string> sa_row(const Section& sa) {
   // ESP in UDP with its ports: what NAT-T (a NAT's port, a float) set.
   std::string encap = value_or(sa, "encap");
   if (sa.value("src-port") && sa.value("dst-port"))
-    encap += " " + value_or(sa, "src-port") + ":" + value_or(sa, "dst-port");
+    encap.append(" ").append(value_or(sa, "src-port")).append(":").append(value_or(sa, "dst-port"));
   std::vector<std::string> row = {value_or(sa, "spi"),
                                   value_or(sa, "direction"),
                                   value_or(sa, "origin"),

@@ -98,7 +98,8 @@ std::string value_of(const Section* section, std::string_view key) {
 bool split_wan_name(std::string_view entry, std::string& prefix, std::string& socket,
                     std::string& counter) {
   for (const auto& c : kWanCounters) {
-    const std::string suffix = "-" + std::string(c.name);
+    std::string suffix = "-";
+    suffix += c.name;
     if (entry.size() <= suffix.size() || !entry.ends_with(suffix)) continue;
     std::string_view head = entry.substr(0, entry.size() - suffix.size());
     prefix.clear();
