@@ -206,6 +206,10 @@ std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& re
   if (request.value("copy-ecn")) config.outer_header.copy_ecn = reader.flag("copy-ecn");
   if (request.value("copy-df") && !reader.flag("copy-df"))
     config.outer_header.dont_fragment = esp::OuterHeaderPolicy::DontFragment::clear;
+  // TFC padding (an outbound SA's child with tfc_padding): pad inner packets up to this
+  // many bytes; charon's "mtu" is 2^32-1. The SA table caps it at the SA's tunnel MTU.
+  if (request.value("tfc"))
+    config.tfc_pad_to = static_cast<uint32_t>(reader.number("tfc", 0, UINT32_MAX));
   entry.lifetimes.soft_bytes = reader.optional_number("soft-bytes");
   entry.lifetimes.hard_bytes = reader.optional_number("hard-bytes");
   entry.lifetimes.soft_packets = reader.optional_number("soft-packets");

@@ -90,8 +90,12 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   fresh->key_fingerprint = xfrm::key_fingerprint(entry.config.key_material);
   forget_key(fresh->entry.config.key_material);
   fresh->from_charon = from_charon;
+  fresh->mtu_candidate = mtu_.add_outbound(entry.config);
   fresh->sa =
       std::make_shared<esp::OutboundSa>(entry.config, *crypto::find_backend(crypto_backend_));
+  // TFC padding never makes a packet bigger than the SA's path allows (charon's "mtu"
+  // asks for exactly that much).
+  fresh->sa->cap_tfc_padding(fresh->mtu_candidate);
   fresh->state_key = state_key;
   // Before the channel is made: it starts at the SA's next sequence number.
   sa_state_.adopt(state_key, fresh->sa, origin);
@@ -99,11 +103,13 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   // Packets in flight after the SA is removed still deliver through the sink: the
   // channel keeps it until the pipeline deletes the channel.
   fresh->channel = pipeline_.make_outbound(fresh->sa, *fresh->sink, fresh->sink);
-  fresh->mtu_candidate = mtu_.add_outbound(entry.config);
-  log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed", entry.config.spi,
+  log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed%s", entry.config.spi,
       std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
       entry.config.tunnel_destination.to_string().c_str(),
-      entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "");
+      entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "",
+      fresh->sa->config().tfc_pad_to
+          ? (", tfc padding to " + std::to_string(fresh->sa->config().tfc_pad_to)).c_str()
+          : "");
   // The newest SA of a slot carries its flows, as the kernel sends on the newest SA
   // while a rekey has the old and the new one installed.
   group(entry.reqid)->set_member(group_slot(entry), fresh->channel);

@@ -44,9 +44,9 @@ bool same_except_key(const SadEntry& a, const SadEntry& b) {
          x.tunnel_destination == y.tunnel_destination &&
          same_encapsulation(x.udp_encapsulation, y.udp_encapsulation) &&
          x.replay_window == y.replay_window && x.outer_header == y.outer_header &&
-         same_selectors(x.selectors, y.selectors) && a.direction == b.direction &&
-         a.reqid == b.reqid && a.lifetimes == b.lifetimes && a.group_slot == b.group_slot &&
-         a.if_id == b.if_id;
+         x.tfc_pad_to == y.tfc_pad_to && same_selectors(x.selectors, y.selectors) &&
+         a.direction == b.direction && a.reqid == b.reqid && a.lifetimes == b.lifetimes &&
+         a.group_slot == b.group_slot && a.if_id == b.if_id;
 }
 
 }  // namespace espgw::xfrm

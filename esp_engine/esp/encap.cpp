@@ -1,5 +1,6 @@
 #include "esp/encap.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "esp/checksum.h"
@@ -18,6 +19,10 @@ using packet::kProtocolUdp;
 using packet::kUdpHeaderLength;
 
 namespace {
+
+// TFC padding never makes the inner packet longer than this: with the largest headers
+// and trailer the outer packet stays within IPv4's and IPv6's 16-bit length fields.
+constexpr size_t kMaxTfcPaddedLength = 0xFFFF - 128;
 
 struct InnerSummary {
   uint8_t next_header;    // 4 or 41
@@ -75,6 +80,18 @@ void write_outer_ipv6(const OutboundSa& sa, uint8_t* h, size_t payload_length, u
   std::memcpy(h + 24, c.tunnel_destination.bytes.data(), 16);
 }
 
+// Bytes of TFC padding for an inner packet shorter than the SA's tfc_pad_to: up to it,
+// as far as the tailroom leaves room for the worst-case trailer and ICV (a full buffer
+// sends the packet with less padding rather than dropping it), and within the 16-bit
+// outer length fields.
+size_t tfc_padding_length(const SaConfig& config, const EspLayout& layout,
+                          const PacketBuffer& packet) {
+  const size_t tail = layout.alignment - 1 + kEspTrailerLength + layout.icv_length;
+  const size_t room = packet.tailroom() > tail ? packet.tailroom() - tail : 0;
+  const size_t target = std::min<size_t>(config.tfc_pad_to, kMaxTfcPaddedLength);
+  return std::min(target - std::min(target, packet.size()), room);
+}
+
 }  // namespace
 
 size_t encap_headroom(const SaConfig& config, OuterHeaders outer) {
@@ -102,9 +119,14 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
     reason = DropReason::no_buffer_space;
 
   const size_t inner_length = packet.size();
+  const size_t tfc_padding = config.tfc_pad_to > inner_length && reason == DropReason::none
+                                 ? tfc_padding_length(config, layout, packet)
+                                 : 0;
+  const size_t padded_length = inner_length + tfc_padding;
   const size_t padding =
-      (layout.alignment - (inner_length + kEspTrailerLength) % layout.alignment) % layout.alignment;
-  const size_t payload_length = inner_length + padding + kEspTrailerLength;
+      (layout.alignment - (padded_length + kEspTrailerLength) % layout.alignment) %
+      layout.alignment;
+  const size_t payload_length = padded_length + padding + kEspTrailerLength;
   const size_t esp_length =
       kEspHeaderLength + layout.iv_length + payload_length + layout.icv_length;
   const bool udp = config.udp_encapsulation.has_value();
@@ -131,10 +153,13 @@ DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders oute
   // [outer IP][UDP] SPI seq IV | inner | padding, pad length, next header | ICV
   const size_t front = outer_length + kEspHeaderLength + layout.iv_length;
   uint8_t* inner_start = packet.data();
-  uint8_t* start = packet.expand(front, padding + kEspTrailerLength + layout.icv_length);
+  uint8_t* start =
+      packet.expand(front, tfc_padding + padding + kEspTrailerLength + layout.icv_length);
 
-  // Trailer: padding 1, 2, 3, ... (RFC 4303 2.4), pad length, next header.
-  uint8_t* trailer = inner_start + inner_length;
+  // TFC padding (zeros) after the inner packet, then the trailer: padding 1, 2, 3, ...
+  // (RFC 4303 2.4), pad length, next header.
+  if (tfc_padding != 0) std::memset(inner_start + inner_length, 0, tfc_padding);
+  uint8_t* trailer = inner_start + padded_length;
   for (size_t i = 0; i < padding; ++i) trailer[i] = static_cast<uint8_t>(i + 1);
   trailer[padding] = static_cast<uint8_t>(padding);
   trailer[padding + 1] = inner.next_header;

@@ -3,6 +3,7 @@
 // (RFC 4301): OutboundSa owns the sequence-number counter, InboundSa the replay window.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -91,6 +92,12 @@ struct SaConfig {
   std::vector<uint8_t> key_material;
   // What crosses between the inner and the outer IP header (DSCP, ECN, DF).
   OuterHeaderPolicy outer_header;
+  // Outbound only: TFC padding (RFC 4303 2.7). A smaller inner packet is padded with zeros
+  // up to this many bytes before the ESP trailer, so that the ESP payload's size no longer
+  // tells how big the packet is; 0 pads nothing. The receiver strips the padding by the
+  // inner IP header's length. The daemon caps it at the SA's tunnel MTU; encapsulation pads
+  // no further than the buffer's tailroom allows.
+  uint32_t tfc_pad_to = 0;
   // Inbound only. Empty accepts any inner packet: the engine's tests and benchmarks use
   // that, but the daemon never installs such an SA (it refuses one without selectors).
   std::vector<TrafficSelector> selectors;
@@ -178,6 +185,12 @@ class OutboundSa {
   uint64_t seal();
   uint16_t next_ip_id() {
     return static_cast<uint16_t>(ip_id_.fetch_add(1, std::memory_order_relaxed));
+  }
+
+  // Lowers the TFC padding target to `max_inner_length` (the SA's tunnel MTU). Only
+  // before the SA carries packets: the data path reads the config without a lock.
+  void cap_tfc_padding(uint32_t max_inner_length) {
+    config_.tfc_pad_to = std::min(config_.tfc_pad_to, max_inner_length);
   }
 
   // For tests and rekey tooling: the next packet gets sequence number `next`.

@@ -92,6 +92,19 @@ TEST(CharonMessages, TheChildsOuterHeaderSettingsReachTheSa) {
   EXPECT_EQ(error_of(sa_from_add_sa(bad)), "'copy-dscp' must be out, in, yes or no");
 }
 
+TEST(CharonMessages, TheChildsTfcPaddingReachesTheSa) {
+  auto none = sa_from_add_sa(add_sa());
+  ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(none)) << error_of(none);
+  EXPECT_EQ(std::get<xfrm::SadEntry>(none).config.tfc_pad_to, 0u) << "no tfc: no padding";
+  for (const uint64_t tfc : {uint64_t{1000}, uint64_t{UINT32_MAX}}) {  // bytes, or "mtu"
+    Message m = add_sa();
+    m.set("tfc", tfc);
+    auto result = sa_from_add_sa(m);
+    ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
+    EXPECT_EQ(std::get<xfrm::SadEntry>(result).config.tfc_pad_to, tfc);
+  }
+}
+
 TEST(CharonMessages, TheIkeSaIsTheGroupSlot) {
   Message m = add_sa();
   m.set("ike-sa", 42);
@@ -154,6 +167,8 @@ TEST(CharonMessages, MalformedSaRequestsAreRefusedWithAReason) {
       {"src-port", "0", "'src-port'"},
       {"dst-port", "65536", "'dst-port'"},
       {"soft-bytes", "lots", "'soft-bytes'"},
+      {"tfc", "4294967296", "'tfc'"},
+      {"tfc", "mtu", "'tfc'"},
   };
   const Message valid = add_sa();
   for (const Case& c : cases) {

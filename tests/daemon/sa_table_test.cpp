@@ -251,6 +251,19 @@ TEST_F(SaTableTest, CountsEverySaInTheMtuTracker) {
   EXPECT_EQ(mtu_.tunnel_mtu(), 1400u) << "no outbound SA left";
 }
 
+TEST_F(SaTableTest, TfcPaddingIsCappedAtTheSasTunnelMtu) {
+  auto mtu = sa(0x1001, xfrm::Direction::out);
+  mtu.config.tfc_pad_to = UINT32_MAX;  // charon's tfc_padding = mtu
+  auto small = sa(0x1002, xfrm::Direction::out, 2);
+  small.config.tfc_pad_to = 300;
+  ASSERT_TRUE(table_.install(mtu, InstallOrigin::charon_new));
+  ASSERT_TRUE(table_.install(small, InstallOrigin::charon_new));
+  const auto* padded_to_mtu = table_.find_outbound({0x1001, ip("192.0.2.2")});
+  EXPECT_EQ(padded_to_mtu->sa->config().tfc_pad_to, padded_to_mtu->mtu_candidate);
+  EXPECT_LT(padded_to_mtu->mtu_candidate, 1500u) << "the path MTU less the ESP overhead";
+  EXPECT_EQ(table_.find_outbound({0x1002, ip("192.0.2.2")})->sa->config().tfc_pad_to, 300u);
+}
+
 // A key of its own for every install (so that a replacement is a new key, and no two SAs
 // share a counter record).
 xfrm::SadEntry unique_key(xfrm::SadEntry entry, uint32_t install) {

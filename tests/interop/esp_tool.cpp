@@ -4,10 +4,10 @@
 //
 //   espgw_esp_tool encap --alg NAME [--integ NAME] --key HEX --spi N --seq N [--esn]
 //                        --src ADDR --dst ADDR
-//                        [--udp SPORT:DPORT] [--backend ipsec-mb|openssl]
+//                        [--udp SPORT:DPORT] [--backend ipsec-mb|openssl] [--tfc N]
 //       Reads inner IP packets as hex on stdin, one per line, and encapsulates them with
-//       consecutive sequence numbers starting at --seq. Prints each full outer packet as
-//       hex, one per line.
+//       consecutive sequence numbers starting at --seq (--tfc: TFC padding up to N bytes).
+//       Prints each full outer packet as hex, one per line.
 //   espgw_esp_tool decap --alg NAME [--integ NAME] --key HEX --spi N [--esn]
 //                        --src ADDR --dst ADDR
 //                        [--udp SPORT:DPORT] [--backend ...] [--window N] [--highest N]
@@ -23,6 +23,7 @@
 // hmac-sha2-256-128, ...) the encryption key followed by the integrity key. Numbers may be decimal
 // or 0x-prefixed hex. Exit status: 0 all packets went through, 3 at least one was dropped, 2 bad
 // arguments or input.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -154,6 +155,8 @@ Options parse_options(int argc, char** argv) {
       udp.destination_port =
           static_cast<uint16_t>(parse_number(option, text.substr(colon + 1), 0xFFFF));
       config.udp_encapsulation = udp;
+    } else if (option == "--tfc") {
+      config.tfc_pad_to = static_cast<uint32_t>(parse_number(option, value(), UINT32_MAX));
     } else if (option == "--backend") {
       backend_name = value();
     } else if (option == "--window") {
@@ -196,6 +199,8 @@ Options parse_options(int argc, char** argv) {
     if (!config.esn && options.sequence > UINT32_MAX)
       throw UsageError{"--seq: above 2^32 - 1 needs --esn"};
     if (have_window || have_highest) throw UsageError{"--window and --highest are for decap"};
+  } else if (config.tfc_pad_to != 0) {
+    throw UsageError{"--tfc is for encap"};
   } else {
     if (!config.esn && options.highest > UINT32_MAX)
       throw UsageError{"--highest: above 2^32 - 1 needs --esn"};
@@ -226,10 +231,11 @@ std::vector<std::vector<uint8_t>> read_packets() {
   return packets;
 }
 
-espgw::esp::PacketBuffer make_buffer(const std::vector<uint8_t>& bytes) {
+espgw::esp::PacketBuffer make_buffer(const std::vector<uint8_t>& bytes, size_t tfc_pad_to = 0) {
   constexpr size_t kHeadroom = espgw::esp::PacketBuffer::kDefaultHeadroom;
   constexpr size_t kTailroom = 128;
-  espgw::esp::PacketBuffer buffer(kHeadroom + bytes.size() + kTailroom, kHeadroom);
+  espgw::esp::PacketBuffer buffer(kHeadroom + std::max(bytes.size(), tfc_pad_to) + kTailroom,
+                                  kHeadroom);
   if (!buffer.assign(bytes, kHeadroom)) throw UsageError{"packet does not fit the buffer"};
   return buffer;
 }
@@ -246,7 +252,7 @@ int run_encap(const Options& options) {
   sa.set_next_sequence(options.sequence);
   int status = kExitOk;
   for (const auto& bytes : packets) {
-    auto buffer = make_buffer(bytes);
+    auto buffer = make_buffer(bytes, options.config.tfc_pad_to);
     const DropReason reason =
         espgw::test::encapsulate(sa, buffer, espgw::esp::OuterHeaders::include);
     if (reason != DropReason::none) {

@@ -29,6 +29,7 @@ Matrix (every combination, both directions, both espgw crypto backends):
   UDP         raw ESP / RFC 3948 UDP encapsulation (4500:4500)
   packets     ICMP echo (84 bytes over IPv4), UDP with 0..3 payload bytes (every padding
               length 0..3), a 1400-byte TCP segment with DSCP EF and DF set.
+TFC padding: espgw pads to 1000 bytes (AES-GCM, ChaCha20, AES-CBC); see tfc_padding().
 A case is one packet in one direction. AES-CBC: aes-cbc-128/192/256 with each of the four
 HMACs, ESN on and off, both backends; inner and outer family and UDP rotate.
 
@@ -53,7 +54,8 @@ scapy 2.5.0 quirks worked around here:
     case); the UDP length is fixed up before the packet goes to espgw.
   * With NAT-T over IPv6 scapy forces the UDP checksum to 0, which is illegal over IPv6.
     espgw's parse_wire leaves UDP checksums to the kernel, so the packet is passed as is.
-  * decrypt() does not check padding and does not strip TFC padding (espgw sends none).
+  * decrypt() does not check padding and does not strip TFC padding: the TFC cases expect
+    the inner packet followed by its zeros from it.
   * The ESP HMAC leaves the ESN high bits out (scapy appends them for AH only; RFC 4303
     2.2.1 appends them for ESP too): with ESN the ICV of scapy's packet is redone by hand,
     and espgw's packets are checked by hand only.
@@ -417,6 +419,50 @@ class Runner:
                         problems.append("scapy: ICV check failed: %s" % err)
             self.report(case, problems)
 
+    # --- TFC padding (RFC 4303 2.7) ---------------------------------------------------
+
+    def tfc_padding(self, rng, pad_to=1000):
+        """espgw pads every inner packet shorter than pad_to with zeros up to it: all such
+        packets leave with one ESP size; scapy decrypts them to the inner packet followed by
+        the zeros (its decrypt() keeps TFC padding), the trailer checks out by hand over the
+        padded payload, and espgw's own receiver returns exactly the inner packet."""
+        for alg, integ, inner, outer, udp in (("aes-gcm-128", None, 4, 4, True),
+                                              ("chacha20-poly1305", None, 6, 6, False),
+                                              ("aes-cbc-128", "hmac-sha2-256-128", 4, 6, False)):
+            packets = inner_packets(inner)
+            cfg = Config(alg, inner, outer, False, udp, "ipsec-mb", 1, rng, integ=integ)
+            rc, results, stderr = run_tool(self.tool, "encap", cfg.tool_args() +
+                                           ["--seq", "1", "--tfc", str(pad_to)],
+                                           [d for _, d in packets])
+            case = "tfc pad to %d espgw->scapy %s" % (pad_to, cfg.label())
+            if rc != 0 or len(results) != len(packets):
+                self.report(case, ["tool exit %d, %d results: %s" % (rc, len(results), stderr)])
+                continue
+            problems = []
+            small_sizes = set()
+            for i, ((name, data), wire) in enumerate(zip(packets, results)):
+                padded = data + bytes(max(0, pad_to - len(data)))
+                wire_problems, pkt = self.check_wire(cfg, wire, padded, i + 1)
+                problems += ["%s: %s" % (name, p) for p in wire_problems]
+                if len(data) < pad_to:
+                    small_sizes.add(len(wire))
+                if wire_problems:
+                    continue
+                out = raw(cfg.scapy_sa(0).decrypt(pkt))
+                if out != padded:
+                    problems.append("%s: scapy decrypts to %d bytes, want the %d-byte packet "
+                                    "and zeros up to %d" % (name, len(out), len(data),
+                                                           len(padded)))
+            if len(small_sizes) != 1:
+                problems.append("packets below %d bytes leave with sizes %s, want one size"
+                                % (pad_to, sorted(small_sizes)))
+            # espgw's receiver: the inner IP length ends the packet, the zeros go.
+            rc, inners, stderr = run_tool(self.tool, "decap", cfg.tool_args(), results)
+            if rc != 0 or inners != [d for _, d in packets]:
+                problems.append("espgw decap: exit %d, %s" % (rc, stderr or "inner packets "
+                                                              "differ"))
+            self.report(case, problems)
+
     # --- negative checks ------------------------------------------------------------
 
     def expect_drop(self, case, cfg, wires, want, extra_args=(), expect_first_ok=None):
@@ -569,6 +615,7 @@ def main():
                     runner.espgw_to_scapy(out, packets[inner])
                     into = Config(alg, inner, outer, esn, udp, backend, start, rng, integ=integ)
                     runner.scapy_to_espgw(into, packets[inner])
+    runner.tfc_padding(rng)
     runner.negatives(rng)
 
     print("%d passed, %d failed" % (runner.passed, runner.failed))

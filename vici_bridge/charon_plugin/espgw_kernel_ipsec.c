@@ -122,7 +122,8 @@ static bool response_u64(chunk_t response, const char *key, uint64_t *value)
 
 METHOD(kernel_ipsec_t, get_features, kernel_feature_t, private_espgw_kernel_ipsec_t *this)
 {
-	/* espgw strips TFC padding it receives (RFC 4303 2.4); policies find SAs by reqid,
+	/* espgw strips TFC padding it receives and pads what it sends to the tfc add_sa
+	 * passes (RFC 4303 2.7); policies find SAs by reqid,
 	 * so an SA update needs no policy reinstall */
 	return KERNEL_ESP_V3_TFC | KERNEL_NO_POLICY_UPDATES;
 }
@@ -214,6 +215,12 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_str(&b, "copy-dscp", espgw_dscp_copy_word(data->copy_dscp));
 	evc_add_bool(&b, "copy-ecn", data->copy_ecn);
 	evc_add_bool(&b, "copy-df", data->copy_df);
+	if (data->tfc)
+	{
+		/* the child's tfc_padding (outbound only): pad to that many bytes, "mtu" is
+		 * 2^32-1 and espgw caps it at the SA's tunnel MTU */
+		evc_add_u64(&b, "tfc", data->tfc);
+	}
 	evc_add_u64(&b, "src-port", id->src->get_port(id->src));
 	evc_add_u64(&b, "dst-port", id->dst->get_port(id->dst));
 	/* route-based VPN: the interface (TUN device) an inbound SA delivers into */
