@@ -201,7 +201,8 @@ EOS
 # The protected subnets as SIDE sees them: "LOCAL REMOTE".
 side_subnets() { [[ $1 == a ]] && echo "10.1.0.0/16 10.2.0.0/16" || echo "10.2.0.0/16 10.1.0.0/16"; }
 
-# write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME: one child "net" between the LANs.
+# write_swanctl_conf SIDE ESP_PROPOSAL ENCAP REKEY_TIME: one child "net" between the LANs
+# (CHILD_EXTRA: more lines for the child).
 write_swanctl_conf() {
   local side=$1 esp=$2 encap=$3 rekey=$4 local_ts remote_ts
   read -r local_ts remote_ts <<<"$(side_subnets "$side")"
@@ -212,6 +213,7 @@ write_swanctl_conf() {
         rekey_time = $rekey
         start_action = none
         dpd_action = none
+        ${CHILD_EXTRA:-}
       }"
 }
 

@@ -35,6 +35,9 @@
 #   psk-config  the same with configs/swanctl/site-to-site-psk.conf
 #   ipv6, nat   IKE and ESP over IPv6 on dual-stack gateways; NAT-T through a real NAT
 #               with keepalives and a port float (charon_wan_scenarios.sh)
+#   tfc, rekey-volume, dpd
+#               a child's tfc_padding, rekeys by packet count, dead peer detection
+#               (charon_child_options.sh)
 #
 # Usage: charon_site_to_site.sh ESPGW ESPGWCTL PLUGIN SCENARIO
 set -euo pipefail
@@ -53,6 +56,8 @@ source "$HERE/charon_lib.sh"
 source "$HERE/charon_wan_scenarios.sh"
 # shellcheck source=tests/charon/charon_interop_matrix.sh
 source "$HERE/charon_interop_matrix.sh"
+# shellcheck source=tests/charon/charon_child_options.sh
+source "$HERE/charon_child_options.sh"
 
 on_failure_logs() {
   [[ -n ${CHARON_TEST_KEEP:-} ]] && rm -rf "$CHARON_TEST_KEEP" && cp -r "$WORK" "$CHARON_TEST_KEEP"
@@ -626,6 +631,9 @@ case $SCENARIO in
   ecmp) run_ecmp ;;
   ipv6) run_ipv6 ;;
   nat) run_nat ;;
+  tfc) run_tfc ;;
+  rekey-volume) run_rekey_volume ;;
+  dpd) run_dpd ;;
   x509) run_examples x509 ;;
   psk-config) run_examples psk ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
