@@ -95,14 +95,16 @@ run_dpd() {
   local before_a before_b
   before_a=$(dpd_requests a) before_b=$(dpd_requests b)
   # 12 s of pings both ways, beyond two DPD delays: the SAs' use times keep DPD quiet.
+  local reverse
   in_ns "$LANB" ping -c 60 -i 0.2 -W 1 10.1.0.2 >/dev/null 2>&1 &
+  reverse=$!
   in_ns "$LANA" ping -c 60 -i 0.2 -W 1 10.2.0.2 >"$WORK/dpd-ping.out" 2>&1 || true
-  wait
+  wait "$reverse" || true
   if (($(dpd_requests a) == before_a && $(dpd_requests b) == before_b)); then
     pass "no DPD request during 12 s of traffic (dpd_delay 5 s)"
   else fail "DPD requests during traffic: gwA $(($(dpd_requests a) - before_a)), gwB $(($(dpd_requests b) - before_b))"; fi
   # Idle, DPD does go out: the check above is not vacuous.
-  check "DPD requests once the tunnel is idle" wait_until 10 sh -c "grep -q 'sending DPD request' '$WORK/charon-a.log'"
+  check "DPD requests once the tunnel is idle" wait_until 20 sh -c "grep -q 'sending DPD request' '$WORK/charon-a.log'"
   # gwB vanishes from the WAN.
   ip netns exec "$GWB" nft -f - <<'EOF'
 table inet dpd_test {
