@@ -130,6 +130,28 @@ std::variant<SaId, std::string> sa_id_from(const vici::Message& request) {
   return id;
 }
 
+std::variant<SaUpdate, std::string> sa_update_from(const vici::Message& request) {
+  Reader reader(request);
+  SaUpdate update;
+  update.id.spi = static_cast<uint32_t>(reader.number("spi", 1, UINT32_MAX));
+  update.source = reader.address("src");
+  update.id.destination = reader.address("dst");
+  update.new_source = reader.address("new-src");
+  update.new_destination = reader.address("new-dst");
+  if (reader.ok() && (update.source.family != update.id.destination.family ||
+                      update.new_source.family != update.new_destination.family))
+    reader.fail("'src' and 'dst' (or 'new-src' and 'new-dst') are of different address families");
+  update.encap = reader.flag("encap");
+  if (reader.flag("new-encap")) {
+    esp::UdpEncapsulation udp;
+    udp.source_port = static_cast<uint16_t>(reader.number("new-src-port", 1, 65535));
+    udp.destination_port = static_cast<uint16_t>(reader.number("new-dst-port", 1, 65535));
+    update.new_udp = udp;
+  }
+  if (!reader.ok()) return reader.error();
+  return update;
+}
+
 std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& request) {
   Reader reader(request);
   xfrm::SadEntry entry;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -28,6 +29,16 @@ struct PolicyRequest {
 // Each returns the record, or an error message for the plugin (never key material).
 std::variant<xfrm::SadEntry, std::string> sa_from_add_sa(const vici::Message& request);
 std::variant<SaId, std::string> sa_id_from(const vici::Message& request);
+// update-sa: charon moves an SA to new addresses or ports (a NAT's new mapping, MOBIKE).
+// The SA is named by its SPI and old destination; the ports are the UDP encapsulation's,
+// set only when the SA has one after the move.
+struct SaUpdate {
+  SaId id;
+  esp::IpAddress source, new_source, new_destination;
+  bool encap = false;
+  std::optional<esp::UdpEncapsulation> new_udp;
+};
+std::variant<SaUpdate, std::string> sa_update_from(const vici::Message& request);
 // `with_action`: add-policy carries action, priority and reqid; del and query don't.
 std::variant<PolicyRequest, std::string> policy_from(const vici::Message& request,
                                                      bool with_action);

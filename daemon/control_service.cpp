@@ -205,9 +205,24 @@ vici::Message ControlService::add_sa(const Message& request) {
   return success();
 }
 
-vici::Message ControlService::update_sa(const Message&) {
-  // Moving an SA to new addresses or encapsulation would need its sequence number and
-  // replay window carried over; charon rekeys instead when told "not supported".
+vici::Message ControlService::update_sa(const Message& request) {
+  // The peer's end moves in place; anything that needs another socket of ours is "not
+  // supported", and charon rekeys instead (fresh SAs on the new addresses).
+  auto parsed = sa_update_from(request);
+  if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
+  const auto& update = std::get<SaUpdate>(parsed);
+  switch (gateway_.move_dynamic_sa(update.id, update.new_source, update.new_destination,
+                                   update.new_udp)) {
+    case SaTable::MoveResult::moved:
+      return success();
+    case SaTable::MoveResult::not_found:
+      return failure("not found");
+    case SaTable::MoveResult::conflict:
+      return failure("SPI " + spi_text(update.id.spi) + " is already in use at " +
+                     update.new_destination.to_string());
+    case SaTable::MoveResult::not_supported:
+      break;
+  }
   return failure("not supported");
 }
 

@@ -99,6 +99,11 @@ class Gateway {
   bool add_dynamic_sa(const xfrm::SadEntry& entry, bool replayed = false);
   // False unless charon's SA with that (SPI, destination) was there.
   bool remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination);
+  // Moves charon's SA to the peer's new address or port in place (SaTable::move), its
+  // peer sink included.
+  SaTable::MoveResult move_dynamic_sa(const xfrm::SaId& id, const esp::IpAddress& new_source,
+                                      const esp::IpAddress& new_destination,
+                                      const std::optional<esp::UdpEncapsulation>& new_udp);
   // Installs a policy, or replaces the one with its id.
   void add_dynamic_policy(const xfrm::Policy& policy);
   bool remove_dynamic_policy(uint32_t id);

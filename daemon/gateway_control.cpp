@@ -91,6 +91,16 @@ bool Gateway::remove_dynamic_sa(uint32_t spi, const esp::IpAddress& destination)
   return true;
 }
 
+SaTable::MoveResult Gateway::move_dynamic_sa(const xfrm::SaId& id, const esp::IpAddress& new_source,
+                                             const esp::IpAddress& new_destination,
+                                             const std::optional<esp::UdpEncapsulation>& new_udp) {
+  std::lock_guard lock(control_mutex_);
+  return sas_->move(id, new_source, new_destination, new_udp, [&](pipeline::PacketSink& sink) {
+    auto* peer = dynamic_cast<PeerSink*>(&sink);
+    return peer && peer->move_to(new_destination, new_udp);
+  });
+}
+
 void Gateway::add_dynamic_policy(const xfrm::Policy& policy) {
   std::lock_guard lock(control_mutex_);
   install_policy_locked(policy, true);

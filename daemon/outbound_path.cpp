@@ -210,13 +210,32 @@ void OutboundPath::submit(pipeline::Packet* packet, const OutboundLookup& lookup
 
 // --- 3. Write: to the SA's peer, one send per batch and socket ---
 
+namespace {
+std::unique_ptr<const PeerSink::Endpoint> make_endpoint(
+    const esp::IpAddress& destination, const std::optional<esp::UdpEncapsulation>& udp) {
+  auto endpoint = std::make_unique<PeerSink::Endpoint>();
+  endpoint->destination = destination;
+  endpoint->udp = udp;
+  endpoint->peer_length =
+      io::WanSocket::make_peer(destination, udp ? udp->destination_port : 0, endpoint->peer);
+  return endpoint;
+}
+}  // namespace
+
 PeerSink::PeerSink(WanBatchSender& sender, const esp::SaConfig& sa)
-    : sender_(sender),
-      source_(sa.tunnel_source),
-      destination_(sa.tunnel_destination),
-      udp_(sa.udp_encapsulation) {
-  const uint16_t port = sa.udp_encapsulation ? sa.udp_encapsulation->destination_port : 0;
-  peer_length_ = io::WanSocket::make_peer(sa.tunnel_destination, port, peer_);
+    : sender_(sender), source_(sa.tunnel_source) {
+  endpoints_.push_back(make_endpoint(sa.tunnel_destination, sa.udp_encapsulation));
+  current_.store(endpoints_.back().get(), std::memory_order_release);
+}
+
+bool PeerSink::move_to(const esp::IpAddress& destination,
+                       const std::optional<esp::UdpEncapsulation>& udp) {
+  if (endpoints_.size() > kMaxMoves || destination.family != source_.family ||
+      udp.has_value() != endpoint().udp.has_value())
+    return false;
+  endpoints_.push_back(make_endpoint(destination, udp));
+  current_.store(endpoints_.back().get(), std::memory_order_release);
+  return true;
 }
 
 void PeerSink::deliver(std::span<pipeline::Packet* const> packets) {
@@ -241,6 +260,7 @@ void WanBatchSender::deliver_together(std::span<const pipeline::ChannelDelivery>
   for (const pipeline::ChannelDelivery& delivery : deliveries) {
     // Only PeerSinks name this sender as their shared sink.
     const auto& sink = static_cast<const PeerSink&>(*delivery.channel_sink);
+    const PeerSink::Endpoint& peer = sink.endpoint();  // one peer for the whole delivery
     for (pipeline::Packet* packet : delivery.packets) {
       const esp::PreparedEncap& outer = packet->encap;
       bool clears_df = !outer.outer_dont_fragment && sink.ipv4();
@@ -251,16 +271,16 @@ void WanBatchSender::deliver_together(std::span<const pipeline::ChannelDelivery>
       if (count == batch.size() || (count != 0 && clears_df != batch_clears_df)) send();
       batch_clears_df = clears_df;
       if (!clears_df) {
-        batch[count++] = {packet->buffer.data(), packet->buffer.size(), &sink.peer(),
-                          sink.peer_length(), outer.outer_traffic_class};
+        batch[count++] = {packet->buffer.data(), packet->buffer.size(), &peer.peer,
+                          peer.peer_length, outer.outer_traffic_class};
         continue;
       }
       const size_t esp_length = packet->buffer.size();
       const uint8_t* header =
           io::write_ipv4_outer_header(packet->buffer.data(), esp_length, sink.source(),
-                                      sink.destination(), sink.udp(), outer.outer_traffic_class);
+                                      peer.destination, peer.udp, outer.outer_traffic_class);
       batch[count++] = {header, static_cast<size_t>(packet->buffer.data() + esp_length - header),
-                        &sink.peer(), sink.peer_length(), 0};
+                        &peer.peer, peer.peer_length, 0};
     }
   }
   if (count != 0) send();

@@ -16,8 +16,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "daemon/acquire_raiser.h"
 #include "daemon/gateway_counters.h"
@@ -83,27 +85,38 @@ class WanBatchSender final : public pipeline::SharedSink {
 };
 
 // One outbound SA's sink: its peer's address; the packets go out through the socket's
-// WanBatchSender.
+// WanBatchSender. charon may move the peer (a NAT's new port, MOBIKE: update-sa) while
+// packets are on their way: the senders read the peer through one atomic pointer per
+// delivery, and an endpoint once published stays valid as long as the sink, so a send
+// in flight keeps the address it started with.
 class PeerSink final : public pipeline::PacketSink {
  public:
+  struct Endpoint {
+    sockaddr_storage peer{};
+    socklen_t peer_length = 0;
+    esp::IpAddress destination;
+    std::optional<esp::UdpEncapsulation> udp;
+  };
+  // How often one SA may move; beyond it charon is told "not supported" and rekeys, which
+  // gives the new SAs fresh sinks.
+  static constexpr size_t kMaxMoves = 16;
+
   PeerSink(WanBatchSender& sender, const esp::SaConfig& sa);
   void deliver(std::span<pipeline::Packet* const> packets) override;
   pipeline::SharedSink* shared() override { return &sender_; }
-  const sockaddr_storage& peer() const { return peer_; }
-  socklen_t peer_length() const { return peer_length_; }
+  const Endpoint& endpoint() const { return *current_.load(std::memory_order_acquire); }
   // What an outer IPv4 header written by espgw needs (WanBatchSender's DF-clear packets).
   bool ipv4() const { return source_.family == 4; }
   const esp::IpAddress& source() const { return source_; }
-  const esp::IpAddress& destination() const { return destination_; }
-  const std::optional<esp::UdpEncapsulation>& udp() const { return udp_; }
+  // Sends to `destination` (same family) and, with UDP encapsulation, those ports from now
+  // on. Under the gateway's control lock; false once kMaxMoves are used up.
+  bool move_to(const esp::IpAddress& destination, const std::optional<esp::UdpEncapsulation>& udp);
 
  private:
   WanBatchSender& sender_;
-  sockaddr_storage peer_{};
-  socklen_t peer_length_ = 0;
   esp::IpAddress source_;
-  esp::IpAddress destination_;
-  std::optional<esp::UdpEncapsulation> udp_;
+  std::vector<std::unique_ptr<const Endpoint>> endpoints_;  // every one published, oldest first
+  std::atomic<const Endpoint*> current_{nullptr};
 };
 
 }  // namespace espgw::daemon

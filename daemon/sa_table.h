@@ -106,6 +106,17 @@ class SaTable {
   const InboundEntry* find_inbound(const xfrm::SaId& id) const;
   const std::map<xfrm::SaId, std::unique_ptr<OutboundEntry>>& outbound() const { return outbound_; }
   const std::map<xfrm::SaId, std::unique_ptr<InboundEntry>>& inbound() const { return inbound_; }
+  // Moves charon's SA `id` to new outer addresses or UDP ports in place (daemon/sa_moves.cpp):
+  // its key, sequence numbers, replay window, counters and lifetimes stay. Only the peer's
+  // end moves (outbound: the destination, inbound: the source, with their UDP port): a new
+  // local address, local port or a change between raw ESP and ESP in UDP would need
+  // another socket, and is not_supported (charon then rekeys). `move_sink` points an
+  // outbound SA's sink at the new peer, false if it cannot.
+  enum class MoveResult { moved, not_found, not_supported, conflict };
+  MoveResult move(const xfrm::SaId& id, const esp::IpAddress& new_source,
+                  const esp::IpAddress& new_destination,
+                  const std::optional<esp::UdpEncapsulation>& new_udp,
+                  const std::function<bool(pipeline::PacketSink&)>& move_sink);
   // Counts every SA again in the MtuTracker (after MtuTracker::forget_routes_and_sas).
   void recount_mtus();
   // How many SAs have been removed or replaced so far (only grows; any thread may read it).

@@ -7,9 +7,9 @@
 #         ports 40000-40999): charon detects the NAT and moves to ESP in UDP 4500,
 #         traffic both ways; gwA's NAT keepalives reach gwB's espgw (counted as
 #         nat-keepalive drops); then the NAT forgets its mappings and maps to other ports
-#         (41000-41999): gwB's charon learns gwA's new port from gwA's DPD, espgw cannot
-#         move an SA so charon rekeys the CHILD_SA, and the new SA's encap ports in espgw
-#         (espgwctl) are the new NAT port; traffic both ways again.
+#         (41000-41999): gwB's charon learns gwA's new port from gwA's DPD and moves
+#         both SAs (update-sa): espgw changes their peer port in place (same SPIs, no
+#         rekey), its encap ports (espgwctl) are the new NAT port; traffic both ways again.
 
 run_ipv6() {
   SIDE_ADDR=([a]=2001:db8::1 [b]=2001:db8::2)
@@ -79,6 +79,7 @@ EOS
 gwb_sa_ports() {
   espgw_json b sas '" ".join(sorted(s["direction"] + " " + s["src"] + ":" + str(s.get("src-port", "-")) + ">" + s["dst"] + ":" + str(s.get("dst-port", "-")) for s in d["sas"].values()))'
 }
+gwb_sa_ids() { espgw_json b sas '" ".join(sorted(d["sas"]))'; }
 gwb_out_port_in() {  # gwb_out_port_in FIRST LAST: gwB has an outbound SA to a port in range
   local port
   for port in $(espgw_json b sas '" ".join(str(s.get("dst-port", 0)) for s in d["sas"].values() if s["direction"] == "out")'); do
@@ -136,11 +137,20 @@ run_nat() {
   sleep 0.3
   ip -n "$RTR" link set out0 up
   ip -n "$GWB" link set wan0 up
+  local spis_before established_before
+  spis_before=$(gwb_sa_ids)
+  established_before=$(grep -c 'CHILD_SA net{[0-9]*} established' "$WORK/charon-a.log" || true)
   in_ns "$LANA" ping -c 120 -i 0.25 -W 1 10.2.0.2 >"$WORK/float-ping.out" 2>&1 &
   local ping=$!
   if wait_until 30 gwb_out_port_in 41000 41999; then
-    pass "after the NAT moved gwA's port, charon rekeyed and gwB's espgw sends to the new port: $(gwb_sa_ports)"
+    pass "after the NAT moved gwA's port, gwB's espgw sends to the new port: $(gwb_sa_ports)"
   else fail "gwB's SAs after the port float: $(gwb_sa_ports)"; grep -iE "NAT|updat|rekey" "$WORK/charon-b.log" | tail -10; fi
+  # charon's update-sa moved both of gwB's SAs in place: same SPIs, no rekey needed.
+  if [[ $(gwb_sa_ids) == "$spis_before" ]] &&
+     (($(grep -c 'CHILD_SA net{[0-9]*} established' "$WORK/charon-a.log" || true) == established_before)) &&
+     (($(grep -c "SA \(in\|out\) spi 0x[0-9a-f]* moved: peer 192.0.2.254:40[0-9]* -> 192.0.2.254:41[0-9]*" "$WORK/espgw-b.log") == 2)); then
+    pass "the SAs were updated in place (same SPIs $spis_before, new port), no rekey"
+  else fail "SAs before the float $spis_before, after $(gwb_sa_ids); moves: $(grep -c moved: "$WORK/espgw-b.log" || true)"; grep -E "moved|update" "$WORK/espgw-b.log" "$WORK/charon-b.log" | tail -6; fi
   kill -INT "$ping" 2>/dev/null || true
   wait "$ping" 2>/dev/null || true
   check "ping lanA -> lanB after the port float" ping_ok "$LANA" 10.2.0.2

@@ -15,6 +15,8 @@ using espgw::daemon::policy_from;
 using espgw::daemon::PolicyRequest;
 using espgw::daemon::sa_from_add_sa;
 using espgw::daemon::sa_id_from;
+using espgw::daemon::sa_update_from;
+using espgw::daemon::SaUpdate;
 using espgw::vici::Message;
 namespace xfrm = espgw::xfrm;
 
@@ -103,6 +105,59 @@ TEST(CharonMessages, TheChildsTfcPaddingReachesTheSa) {
     ASSERT_TRUE(std::holds_alternative<xfrm::SadEntry>(result)) << error_of(result);
     EXPECT_EQ(std::get<xfrm::SadEntry>(result).config.tfc_pad_to, tfc);
   }
+}
+
+Message update_sa() {
+  Message m;
+  m.set("spi", 0xc0001234u);
+  m.set("src", "192.0.2.2");
+  m.set("dst", "192.0.2.1");
+  m.set("new-src", "198.51.100.7");
+  m.set("new-dst", "192.0.2.1");
+  m.set("src-port", 40001);
+  m.set("dst-port", 4500);
+  m.set("new-src-port", 41007);
+  m.set("new-dst-port", 4500);
+  m.set_bool("encap", true);
+  m.set_bool("new-encap", true);
+  return m;
+}
+
+TEST(CharonMessages, UpdateSaNamesTheSaAndItsNewEnds) {
+  auto result = sa_update_from(update_sa());
+  ASSERT_TRUE(std::holds_alternative<SaUpdate>(result)) << error_of(result);
+  const auto& update = std::get<SaUpdate>(result);
+  EXPECT_EQ(update.id.spi, 0xc0001234u);
+  EXPECT_EQ(update.id.destination.to_string(), "192.0.2.1");
+  EXPECT_EQ(update.source.to_string(), "192.0.2.2");
+  EXPECT_EQ(update.new_source.to_string(), "198.51.100.7");
+  EXPECT_EQ(update.new_destination.to_string(), "192.0.2.1");
+  EXPECT_TRUE(update.encap);
+  ASSERT_TRUE(update.new_udp);
+  EXPECT_EQ(update.new_udp->source_port, 41007);
+  EXPECT_EQ(update.new_udp->destination_port, 4500);
+  Message raw = update_sa();
+  raw.set_bool("new-encap", false);
+  auto unencapsulated = sa_update_from(raw);
+  ASSERT_TRUE(std::holds_alternative<SaUpdate>(unencapsulated)) << error_of(unencapsulated);
+  EXPECT_FALSE(std::get<SaUpdate>(unencapsulated).new_udp);
+}
+
+TEST(CharonMessages, MalformedUpdateSaRequestsAreRefusedWithAReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"spi", "0"},          {"dst", "nowhere"},        {"new-dst", "2001:db8::1"},
+      {"new-src-port", "0"}, {"new-dst-port", "70000"}, {"new-encap", "perhaps"},
+  };
+  for (const auto& [key, value] : cases) {
+    Message m = update_sa();
+    m.set(key, value);
+    const std::string error = error_of(sa_update_from(m));
+    EXPECT_NE(error, "(no error)") << key << "=" << value;
+    EXPECT_FALSE(error.empty()) << key;
+  }
+  Message missing;
+  missing.set("spi", 1);
+  EXPECT_NE(error_of(sa_update_from(missing)).find("'src'"), std::string::npos);
 }
 
 TEST(CharonMessages, TheIkeSaIsTheGroupSlot) {

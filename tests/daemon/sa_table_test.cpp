@@ -264,6 +264,76 @@ TEST_F(SaTableTest, TfcPaddingIsCappedAtTheSasTunnelMtu) {
   EXPECT_EQ(table_.find_outbound({0x1002, ip("192.0.2.2")})->sa->config().tfc_pad_to, 300u);
 }
 
+TEST_F(SaTableTest, AnSaMovesToItsPeersNewEndInPlace) {
+  auto out = sa(0x1001, xfrm::Direction::out);
+  out.config.udp_encapsulation = esp::UdpEncapsulation{4500, 40001};
+  auto in = sa(0x2001, xfrm::Direction::in);
+  in.config.udp_encapsulation = esp::UdpEncapsulation{40001, 4500};
+  ASSERT_TRUE(table_.install(out, InstallOrigin::charon_new));
+  ASSERT_TRUE(table_.install(in, InstallOrigin::charon_new));
+  const auto* engine_sa = table_.find_outbound({0x1001, ip("192.0.2.2")})->sa.get();
+  std::vector<std::string> moved_sinks;
+  auto move_sink = [&](pipeline::PacketSink&) {
+    moved_sinks.push_back("moved");
+    return true;
+  };
+  // The peer's NAT port changes: the SAs stay, with their engine state.
+  const esp::UdpEncapsulation new_out{4500, 41007}, new_in{41007, 4500};
+  EXPECT_EQ(
+      table_.move({0x1001, ip("192.0.2.2")}, ip("192.0.2.1"), ip("192.0.2.2"), new_out, move_sink),
+      SaTable::MoveResult::moved);
+  EXPECT_EQ(moved_sinks.size(), 1u);
+  const auto* moved_out = table_.find_outbound({0x1001, ip("192.0.2.2")});
+  ASSERT_NE(moved_out, nullptr);
+  EXPECT_EQ(moved_out->sa.get(), engine_sa) << "the same SA: sequence numbers continue";
+  EXPECT_EQ(moved_out->entry.config.udp_encapsulation->destination_port, 41007);
+  EXPECT_EQ(
+      table_.move({0x2001, ip("192.0.2.1")}, ip("192.0.2.2"), ip("192.0.2.1"), new_in, move_sink),
+      SaTable::MoveResult::moved);
+  EXPECT_EQ(moved_sinks.size(), 1u) << "an inbound SA has no peer sink";
+  EXPECT_EQ(
+      table_.find_inbound({0x2001, ip("192.0.2.1")})->entry.config.udp_encapsulation->source_port,
+      41007);
+  // The peer's address changes (MOBIKE): the outbound SA is found by its new destination.
+  EXPECT_EQ(
+      table_.move({0x1001, ip("192.0.2.2")}, ip("192.0.2.1"), ip("192.0.2.9"), new_out, move_sink),
+      SaTable::MoveResult::moved);
+  EXPECT_EQ(table_.find_outbound({0x1001, ip("192.0.2.2")}), nullptr);
+  ASSERT_NE(table_.find_outbound({0x1001, ip("192.0.2.9")}), nullptr);
+  EXPECT_EQ(members(1), std::vector<uint32_t>{0x1001}) << "still its group's member";
+  EXPECT_TRUE(table_.remove({0x1001, ip("192.0.2.9")}));
+}
+
+TEST_F(SaTableTest, WhatNeedsAnotherSocketOfOursIsNotMovedInPlace) {
+  auto out = sa(0x1001, xfrm::Direction::out);
+  out.config.udp_encapsulation = esp::UdpEncapsulation{4500, 4500};
+  ASSERT_TRUE(table_.install(out, InstallOrigin::charon_new));
+  ASSERT_TRUE(table_.install(sa(0x1002, xfrm::Direction::out), InstallOrigin::charon_new));
+  auto yes = [](pipeline::PacketSink&) { return true; };
+  const xfrm::SaId id{0x1001, ip("192.0.2.2")};
+  const esp::UdpEncapsulation udp{4500, 4500};
+  using R = SaTable::MoveResult;
+  EXPECT_EQ(table_.move(id, ip("192.0.2.5"), ip("192.0.2.2"), udp, yes), R::not_supported)
+      << "another local address";
+  EXPECT_EQ(table_.move(id, ip("192.0.2.1"), ip("192.0.2.2"), std::nullopt, yes), R::not_supported)
+      << "ESP in UDP to raw ESP";
+  EXPECT_EQ(
+      table_.move(id, ip("192.0.2.1"), ip("192.0.2.2"), esp::UdpEncapsulation{4501, 4500}, yes),
+      R::not_supported)
+      << "another local port";
+  EXPECT_EQ(table_.move(id, ip("192.0.2.1"), ip("192.0.2.2"), udp,
+                        [](pipeline::PacketSink&) { return false; }),
+            R::not_supported)
+      << "a sink that cannot move";
+  EXPECT_EQ(
+      table_.move({0x1002, ip("192.0.2.2")}, ip("192.0.2.1"), ip("192.0.2.2"), std::nullopt, yes),
+      R::moved);
+  EXPECT_EQ(table_.move({0x1003, ip("192.0.2.2")}, ip("192.0.2.1"), ip("192.0.2.2"), udp, yes),
+            R::not_found);
+  EXPECT_EQ(table_.find_outbound(id)->entry.config.tunnel_destination, ip("192.0.2.2"))
+      << "a refused move changes nothing";
+}
+
 // A key of its own for every install (so that a replacement is a new key, and no two SAs
 // share a counter record).
 xfrm::SadEntry unique_key(xfrm::SadEntry entry, uint32_t install) {

@@ -1,5 +1,5 @@
-// The control socket's translation of the charon plugin's requests (add-sa, del-sa,
-// add-policy, ...) on arbitrary VICI messages: it must refuse with an error or return a
+// The control socket's translation of the charon plugin's requests (add-sa, update-sa,
+// del-sa, add-policy, ...) on arbitrary VICI messages: it must refuse with an error or return a
 // record that is safe to install, never crash. The message decoder itself is
 // fuzz_vici's target; here the input is whatever it accepts.
 #include <cstddef>
@@ -35,6 +35,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     abort();  // a refusal always says why
   }
   (void)daemon::sa_id_from(message);
+  const auto update = daemon::sa_update_from(message);
+  if (const auto* move = std::get_if<daemon::SaUpdate>(&update)) {
+    // What the parser accepts names an SA and keeps each side's families equal.
+    if (move->id.spi == 0) abort();
+    if (move->source.family != move->id.destination.family) abort();
+    if (move->new_source.family != move->new_destination.family) abort();
+    if (move->new_udp && (move->new_udp->source_port == 0 || move->new_udp->destination_port == 0))
+      abort();
+  } else if (std::get<std::string>(update).empty()) {
+    abort();
+  }
   for (bool with_action : {true, false}) {
     const auto policy = daemon::policy_from(message, with_action);
     if (const auto* request = std::get_if<daemon::PolicyRequest>(&policy)) {

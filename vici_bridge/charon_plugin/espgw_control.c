@@ -136,6 +136,12 @@ METHOD(espgw_control_t, remember, void, private_espgw_control_t *this, char *key
 	this->replay->remember(this->replay, key, packet, spi, dst);
 }
 
+METHOD(espgw_control_t, moved, void, private_espgw_control_t *this, char *key,
+	   char *new_key, host_t *new_dst, chunk_t update)
+{
+	this->replay->moved(this->replay, key, new_key, new_dst, update);
+}
+
 METHOD(espgw_control_t, forget, void, private_espgw_control_t *this, char *key)
 {
 	this->replay->forget(this->replay, key);
@@ -347,6 +353,7 @@ espgw_control_t *espgw_control_create(void)
 			 {
 				 .request = _request,
 				 .remember = _remember,
+				 .moved = _moved,
 				 .forget = _forget,
 				 .forget_all = _forget_all,
 				 .receive_ike = _receive_ike,

@@ -34,6 +34,10 @@ struct espgw_control_t
 	void (*remember)(espgw_control_t *this, char *key, chunk_t packet, uint32_t spi,
 					 host_t *dst);
 
+	/** See espgw_replay_t.moved. */
+	void (*moved)(espgw_control_t *this, char *key, char *new_key, host_t *new_dst,
+				  chunk_t update);
+
 	/** Drops one reference to a remembered request; the last one forgets it. */
 	void (*forget)(espgw_control_t *this, char *key);
 

@@ -263,9 +263,12 @@ METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
 {
 	evc_builder_t b;
 	chunk_t packet;
+	char key[64], new_key[64];
+	status_t status;
 
-	/* espgw moves no SA to new addresses; NOT_SUPPORTED makes charon rekey instead, which
-	 * installs fresh SAs for the new addresses */
+	/* espgw moves the peer's end of an SA in place (same SA, counters and replay
+	 * window); what needs another local address, port or encapsulation it answers
+	 * NOT_SUPPORTED, and charon rekeys instead, installing fresh SAs */
 	evc_begin(&b, EVC_CMD_REQUEST, "update-sa");
 	evc_add_u64(&b, "spi", ntohl(id->spi));
 	espgw_add_host(&b, "src", id->src);
@@ -279,7 +282,16 @@ METHOD(kernel_ipsec_t, update_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	evc_add_bool(&b, "encap", data->encap);
 	evc_add_bool(&b, "new-encap", data->new_encap);
 	packet = evc_finish(&b);
-	return send_owned(packet, "update-sa", NULL);
+	status = send_request(packet, "update-sa", NULL);
+	if (status == SUCCESS)
+	{
+		/* a replay after an espgw restart moves the SA again, and del_sa finds it */
+		sa_key(key, sizeof(key), id->spi, id->dst);
+		sa_key(new_key, sizeof(new_key), id->spi, data->new_dst);
+		espgw_control->moved(espgw_control, key, new_key, data->new_dst, packet);
+	}
+	chunk_free(&packet);
+	return status;
 }
 
 METHOD(kernel_ipsec_t, query_sa, status_t, private_espgw_kernel_ipsec_t *this,

@@ -8,6 +8,9 @@
 
 typedef struct private_espgw_replay_t private_espgw_replay_t;
 
+/* espgw refuses to move one SA more often than this (charon then rekeys it) */
+#define MAX_MOVES 16
+
 typedef struct
 {
 	char *key;
@@ -15,6 +18,9 @@ typedef struct
 	int refs;
 	uint32_t spi;
 	host_t *dst;
+	/* update-sa requests espgw accepted for the SA, oldest first */
+	chunk_t moves[MAX_MOVES];
+	int move_count;
 } remembered_t;
 
 typedef struct
@@ -32,6 +38,12 @@ struct private_espgw_replay_t
 
 static void destroy_remembered(remembered_t *entry)
 {
+	int i;
+
+	for (i = 0; i < entry->move_count; i++)
+	{
+		chunk_free(&entry->moves[i]);
+	}
 	chunk_clear(&entry->packet);
 	DESTROY_IF(entry->dst);
 	free(entry->key);
@@ -54,12 +66,39 @@ METHOD(espgw_replay_t, remember, void, private_espgw_replay_t *this, char *key,
 		/* an SA installed again under its key: the new request replaces the old */
 		chunk_clear(&entry->packet);
 		entry->packet = chunk_clone(packet);
+		while (entry->move_count)
+		{
+			chunk_free(&entry->moves[--entry->move_count]);
+		}
 	}
 	else
 	{
 		INIT(entry, .key = strdup(key), .packet = chunk_clone(packet), .refs = 1,
 			 .spi = spi, .dst = dst ? dst->clone(dst) : NULL, );
 		this->state->put(this->state, entry->key, entry);
+	}
+	this->mutex->unlock(this->mutex);
+}
+
+METHOD(espgw_replay_t, moved, void, private_espgw_replay_t *this, char *key,
+	   char *new_key, host_t *new_dst, chunk_t update)
+{
+	remembered_t *entry;
+
+	this->mutex->lock(this->mutex);
+	entry = this->state->get(this->state, key);
+	if (entry && entry->move_count < MAX_MOVES)
+	{
+		entry->moves[entry->move_count++] = chunk_clone(update);
+		if (!streq(key, new_key) && !this->state->get(this->state, new_key))
+		{
+			this->state->remove(this->state, key);
+			free(entry->key);
+			entry->key = strdup(new_key);
+			entry->dst->destroy(entry->dst);
+			entry->dst = new_dst->clone(new_dst);
+			this->state->put(this->state, entry->key, entry);
+		}
 	}
 	this->mutex->unlock(this->mutex);
 }
@@ -121,6 +160,20 @@ static bool send_one(int fd, remembered_t *entry)
 	return ok;
 }
 
+/* Sends one remembered update-sa; TRUE if espgw accepted it. */
+static bool send_move(int fd, chunk_t update)
+{
+	chunk_t response = espgw_io_exchange(fd, update);
+	chunk_t name, message;
+	uint8_t type;
+	bool ok;
+
+	ok = response.len && evc_parse_packet(response, &type, &name, &message) &&
+		 type == EVC_CMD_RESPONSE && evc_success(message);
+	chunk_free(&response);
+	return ok;
+}
+
 METHOD(espgw_replay_t, replay, void, private_espgw_replay_t *this, int fd,
 	   linked_list_t *rekey)
 {
@@ -147,6 +200,18 @@ METHOD(espgw_replay_t, replay, void, private_espgw_replay_t *this, int fd,
 			for (i = 0; i < entry->refs; i++)
 			{
 				if (send_one(fd, entry))
+				{
+					sent++;
+				}
+				else
+				{
+					failed++;
+				}
+			}
+			/* the moves espgw made since, in order: the SA ends up where charon has it */
+			for (i = 0; i < entry->move_count; i++)
+			{
+				if (send_move(fd, entry->moves[i]))
 				{
 					sent++;
 				}
@@ -208,6 +273,7 @@ espgw_replay_t *espgw_replay_create(void)
 		 .public =
 			 {
 				 .remember = _remember,
+				 .moved = _moved,
 				 .forget = _forget,
 				 .forget_all = _forget_all,
 				 .replay = _replay,

@@ -24,6 +24,13 @@ struct espgw_replay_t
 	void (*remember)(espgw_replay_t *this, char *key, chunk_t packet, uint32_t spi,
 					 host_t *dst);
 
+	/**
+	 * An SA espgw moved in place (update-sa): the request goes after its add-sa in a
+	 * replay, and the SA is known by `new_key` and `new_dst` from now on.
+	 */
+	void (*moved)(espgw_replay_t *this, char *key, char *new_key, host_t *new_dst,
+				  chunk_t update);
+
 	/** Drops one reference to a remembered request; the last one forgets it. */
 	void (*forget)(espgw_replay_t *this, char *key);
 
