@@ -9,7 +9,8 @@
 #         nat-keepalive drops); then the NAT forgets its mappings and maps to other ports
 #         (41000-41999): gwB's charon learns gwA's new port from gwA's DPD and moves
 #         both SAs (update-sa): espgw changes their peer port in place (same SPIs, no
-#         rekey), its encap ports (espgwctl) are the new NAT port; traffic both ways again.
+#         rekey), its encap ports (espgwctl) are the new NAT port; traffic both ways again;
+#         gwB's espgw restarts and the plugin's replay moves the SAs to the new port again.
 
 run_ipv6() {
   SIDE_ADDR=([a]=2001:db8::1 [b]=2001:db8::2)
@@ -155,6 +156,16 @@ run_nat() {
   wait "$ping" 2>/dev/null || true
   check "ping lanA -> lanB after the port float" ping_ok "$LANA" 10.2.0.2
   check "ping lanB -> lanA after the port float" ping_ok "$LANB" 10.1.0.2
+  # gwB's espgw restarts: the plugin installs the SAs again and moves them again, so
+  # they send to the NAT's new port at once (before charon's rekey replaces them).
+  kill -TERM "${ESPGW_PID[b]}"
+  wait "${ESPGW_PID[b]}" 2>/dev/null || true
+  start_espgw b
+  check "the restarted espgw got gwB's SAs back" wait_until 10 sas_at_least b 2
+  if (($(grep -c "SA \(in\|out\) spi 0x[0-9a-f]* moved: peer 192.0.2.254:40[0-9]* -> 192.0.2.254:41[0-9]*" "$WORK/espgw-b.log") == 4)); then
+    pass "the plugin's replay moved the SAs to the new port again"
+  else fail "moves in gwB's espgw log: $(grep -c moved: "$WORK/espgw-b.log" || true), want 4"; fi
+  check "ping lanB -> lanA after gwB's espgw restart" wait_until 15 ping_ok "$LANB" 10.1.0.2
   espgwctl_on b sas >"$WORK/nat-sas.txt" 2>&1 || true
   log "espgwctl sas on gwB:"; sed 's/^/    /' "$WORK/nat-sas.txt"
   check_terminate
