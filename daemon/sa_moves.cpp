@@ -16,9 +16,12 @@ bool same_udp_mode(const std::optional<esp::UdpEncapsulation>& a,
 
 std::string endpoint_text(const esp::IpAddress& address,
                           const std::optional<esp::UdpEncapsulation>& udp, bool destination) {
-  if (!udp) return address.to_string();
-  return address.to_string() + ":" +
-         std::to_string(destination ? udp->destination_port : udp->source_port);
+  std::string text = address.to_string();
+  if (udp) {
+    text += ':';
+    text += std::to_string(destination ? udp->destination_port : udp->source_port);
+  }
+  return text;
 }
 
 }  // namespace

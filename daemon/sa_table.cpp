@@ -103,13 +103,15 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   // Packets in flight after the SA is removed still deliver through the sink: the
   // channel keeps it until the pipeline deletes the channel.
   fresh->channel = pipeline_.make_outbound(fresh->sa, *fresh->sink, fresh->sink);
+  std::string tfc;
+  if (fresh->sa->config().tfc_pad_to != 0) {
+    tfc = ", tfc padding to ";
+    tfc += std::to_string(fresh->sa->config().tfc_pad_to);
+  }
   log(LogLevel::info, "SA out spi 0x%08x %s -> %s %s%s installed%s", entry.config.spi,
       std::string(crypto::algorithm_name(entry.config.algorithm)).c_str(),
       entry.config.tunnel_destination.to_string().c_str(),
-      entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "",
-      fresh->sa->config().tfc_pad_to
-          ? (", tfc padding to " + std::to_string(fresh->sa->config().tfc_pad_to)).c_str()
-          : "");
+      entry.config.udp_encapsulation ? "udp" : "esp", entry.config.esn ? " esn" : "", tfc.c_str());
   // The newest SA of a slot carries its flows, as the kernel sends on the newest SA
   // while a rekey has the old and the new one installed.
   group(entry.reqid)->set_member(group_slot(entry), fresh->channel);
