@@ -33,6 +33,7 @@
 #include "esp/security_association.h"
 #include "gtest/gtest.h"
 #include "support/charon_requests.h"
+#include "support/private_network_namespace.h"
 #include "support/rfc1071_checksum.h"
 #include "support/sequential_esp.h"
 #include "util/byte_order.h"
@@ -43,20 +44,7 @@
 namespace espgw::daemon {
 namespace {
 
-std::string g_skip_reason;
-
-class PrivateNetworkNamespace : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (unshare(CLONE_NEWNET) != 0) {
-      g_skip_reason = std::string("unshare(CLONE_NEWNET) failed: ") + std::strerror(errno) +
-                      " -- these tests need root for a private network namespace";
-      return;
-    }
-    xfrm::RtNetlink netlink;
-    if (auto r = netlink.set_link_up("lo"); !r) g_skip_reason = "lo: " + r.message;
-  }
-};
+using test::g_private_namespace_problem;
 
 esp::IpAddress address(const char* text) {
   return *esp::IpAddress::parse(text);
@@ -136,7 +124,7 @@ GatewayConfig test_config(const char* tun_name) {
 class GatewayDynamicTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!g_skip_reason.empty()) GTEST_SKIP() << g_skip_reason;
+    if (!g_private_namespace_problem.empty()) GTEST_SKIP() << g_private_namespace_problem;
     gateway_ = std::make_unique<Gateway>(test_config("espgwdyn0"));
   }
 
@@ -670,6 +658,6 @@ TEST_F(ControlSocketTest, ATrappedPacketRaisesPacedAcquiresForARegisteredCharon)
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new espgw::daemon::PrivateNetworkNamespace);
+  ::testing::AddGlobalTestEnvironment(new espgw::test::PrivateNetworkNamespace);
   return RUN_ALL_TESTS();
 }

@@ -30,6 +30,7 @@
 #include "esp/security_association.h"
 #include "gtest/gtest.h"
 #include "support/charon_requests.h"
+#include "support/private_network_namespace.h"
 #include "support/rfc1071_checksum.h"
 #include "support/sequential_esp.h"
 #include "util/byte_order.h"
@@ -39,20 +40,7 @@
 namespace espgw::daemon {
 namespace {
 
-std::string g_skip_reason;
-
-class PrivateNetworkNamespace : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (unshare(CLONE_NEWNET) != 0) {
-      g_skip_reason = std::string("unshare(CLONE_NEWNET) failed: ") + std::strerror(errno) +
-                      " -- these tests need root for a private network namespace";
-      return;
-    }
-    xfrm::RtNetlink netlink;
-    if (auto r = netlink.set_link_up("lo"); !r) g_skip_reason = "lo: " + r.message;
-  }
-};
+using test::g_private_namespace_problem;
 
 struct Socket {
   explicit Socket(int descriptor) : fd(descriptor) {}
@@ -86,7 +74,7 @@ int bound_udp(const char* ip, uint16_t port) {
 class RouteInterfacesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!g_skip_reason.empty()) GTEST_SKIP() << g_skip_reason;
+    if (!g_private_namespace_problem.empty()) GTEST_SKIP() << g_private_namespace_problem;
     GatewayConfig config;
     config.tun_name = "rvdefault";
     config.interfaces = {{1, "rvpeer1"}, {2, "rvpeer2"}};
@@ -287,6 +275,6 @@ TEST_F(RouteInterfacesTest, AnInterfaceIdWithoutADeviceIsRefused) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new espgw::daemon::PrivateNetworkNamespace);
+  ::testing::AddGlobalTestEnvironment(new espgw::test::PrivateNetworkNamespace);
   return RUN_ALL_TESTS();
 }
