@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "crypto/aead.h"
+#include "support/temporary_directory.h"
 
 namespace espgw::daemon {
 namespace {
@@ -28,14 +29,6 @@ constexpr uint64_t kAccepted = SaStateKeeper::kInboundMinBlock / 2;
 
 class SaStateKeeperTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/espgw-keeper-test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    directory_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   // What the state file says now.
   std::map<xfrm::SaStateKey, xfrm::SaStateRecord> records_on_disk() const {
     std::ifstream in(directory_ + "/" + xfrm::SaStateStore::kStateFile);
@@ -81,8 +74,8 @@ class SaStateKeeperTest : public ::testing::Test {
                                      [&] { sa.counters().count_packet_locked(100); });
   }
 
-  std::string root_;
-  std::string directory_;
+  test::TemporaryDirectory root_{"espgw-keeper-test"};
+  std::string directory_ = root_.path() + "/state";
   const xfrm::SaStateKey out_key_ = key(xfrm::Direction::out, 7);
   const xfrm::SaStateKey in_key_ = key(xfrm::Direction::in, 7);
 };

@@ -9,6 +9,7 @@
 
 #include "crypto/aead.h"
 #include "daemon/sa_state_keeper.h"
+#include "support/temporary_directory.h"
 
 namespace espgw::daemon {
 namespace {
@@ -18,14 +19,6 @@ using Verdict = esp::ReplayWindow::Verdict;
 
 class SaStateKeeperTicksTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/espgw-keeper-ticks-test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    directory_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   static esp::SaConfig config(unsigned seed) {
     esp::SaConfig sa;
     sa.spi = 0x1000 + seed;
@@ -52,8 +45,8 @@ class SaStateKeeperTicksTest : public ::testing::Test {
                                      [&] { sa.counters().count_packet_locked(100); });
   }
 
-  std::string root_;
-  std::string directory_;
+  test::TemporaryDirectory root_{"espgw-keeper-ticks-test"};
+  std::string directory_ = root_.path() + "/state";
 };
 
 TEST_F(SaStateKeeperTicksTest, IdleSasAreNotVisitedAndBusyOnesAre) {

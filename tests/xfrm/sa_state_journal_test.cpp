@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/temporary_directory.h"
 #include "xfrm/sa_state_store.h"
 
 namespace espgw::xfrm {
@@ -20,14 +21,6 @@ using Records = std::map<SaStateKey, SaStateRecord>;
 
 class SaStateJournalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/espgw-journal-test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    directory_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   std::string path(const char* name = SaStateStore::kStateFile) const {
     return directory_ + "/" + name;
   }
@@ -72,8 +65,8 @@ class SaStateJournalTest : public ::testing::Test {
     return out;
   }
 
-  std::string root_;
-  std::string directory_;
+  test::TemporaryDirectory root_{"espgw-journal-test"};
+  std::string directory_ = root_.path() + "/state";
 };
 
 TEST_F(SaStateJournalTest, AppendedChangesReloadAsTheState) {

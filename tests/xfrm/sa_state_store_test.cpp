@@ -1,6 +1,7 @@
 // The persisted SA counter state: what a restart reads back, and how a lost or damaged
 // file is told apart from a first start.
 #include "xfrm/sa_state_store.h"
+#include "support/temporary_directory.h"
 
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
@@ -17,14 +18,6 @@ namespace {
 
 class SaStateStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/espgw-state-test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-    directory_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   std::string state_text() const {
     std::ifstream in(directory_ + "/" + SaStateStore::kStateFile);
     std::stringstream text;
@@ -48,8 +41,8 @@ class SaStateStoreTest : public ::testing::Test {
     return {direction, key_fingerprint(material)};
   }
 
-  std::string root_;
-  std::string directory_;
+  test::TemporaryDirectory root_{"espgw-state-test"};
+  std::string directory_ = root_.path() + "/state";
 };
 
 TEST_F(SaStateStoreTest, FirstStartIsFreshAndCreatesAPrivateDirectory) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "support/temporary_directory.h"
 #include "xfrm/static_file.h"
 
 namespace espgw::xfrm {
@@ -307,9 +308,8 @@ TEST(StaticFileErrors, AccessProblems) {
 }
 
 TEST(StaticFileErrors, AFileOthersCanReadIsRefusedUnread) {
-  char dir_template[] = "/tmp/espgw-static-XXXXXX";
-  ASSERT_TRUE(mkdtemp(dir_template));
-  const std::string path = std::string(dir_template) + "/sa.conf";
+  const test::TemporaryDirectory directory("espgw-static");
+  const std::string path = directory.path() + "/sa.conf";
   {
     std::ofstream out(path);
     out << kSa << "\n" << kSaIn << "\n" << kProtectIn << "\n";
@@ -327,8 +327,6 @@ TEST(StaticFileErrors, AFileOthersCanReadIsRefusedUnread) {
   if (loaded.config) {
     EXPECT_EQ(loaded.config->sas.size(), 2u);
   }
-  std::remove(path.c_str());
-  rmdir(dir_template);
 }
 
 }  // namespace
