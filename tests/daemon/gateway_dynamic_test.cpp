@@ -29,9 +29,7 @@
 #include "gtest/gtest.h"
 #include "support/gateway_test_fixture.h"
 #include "support/private_network_namespace.h"
-#include "support/rfc1071_checksum.h"
 #include "support/sequential_esp.h"
-#include "util/byte_order.h"
 #include "xfrm/netlink.h"
 
 namespace espgw::daemon {
@@ -99,25 +97,6 @@ TEST_F(GatewayDynamicTest, RekeyHandsTheSlotToTheNewestAndBackWhenItGoes) {
   ASSERT_NE(group, nullptr);
   EXPECT_EQ(std::multiset<uint32_t>(group->member_spis.begin(), group->member_spis.end()),
             (std::multiset<uint32_t>{0xa3, 0xb1}));
-}
-
-// An IPv4 UDP packet 10.2.0.5:4000 -> 10.1.0.1:5000 whose payload is `counter`. The
-// header checksum is right: the kernel checks it when the TUN device hands the packet in.
-std::vector<uint8_t> counted_packet(uint32_t counter) {
-  std::vector<uint8_t> p(20 + 8 + 4, 0);
-  p[0] = 0x45;
-  store_be16(&p[2], static_cast<uint16_t>(p.size()));
-  p[8] = 64;
-  p[9] = 17;
-  const uint8_t source[] = {10, 2, 0, 5}, destination[] = {10, 1, 0, 1};
-  std::memcpy(&p[12], source, 4);
-  std::memcpy(&p[16], destination, 4);
-  store_be16(&p[10], static_cast<uint16_t>(~test::rfc1071_sum(0, p.data(), 20)));
-  store_be16(&p[20], 4000);
-  store_be16(&p[22], 5000);
-  store_be16(&p[24], 8 + 4);  // UDP checksum 0: none (IPv4)
-  store_be32(&p[28], counter);
-  return p;
 }
 
 // Both peers rekeyed the CHILD_SA at once: charon installs both new inbound SAs of the slot

@@ -30,8 +30,8 @@
 #include "esp/security_association.h"
 #include "gtest/gtest.h"
 #include "support/charon_requests.h"
+#include "support/gateway_test_fixture.h"
 #include "support/private_network_namespace.h"
-#include "support/rfc1071_checksum.h"
 #include "support/sequential_esp.h"
 #include "util/byte_order.h"
 #include "vici_bridge/vici_client.h"
@@ -40,21 +40,9 @@
 namespace espgw::daemon {
 namespace {
 
+using test::address;
 using test::g_private_namespace_problem;
-
-struct Socket {
-  explicit Socket(int descriptor) : fd(descriptor) {}
-  ~Socket() {
-    if (fd >= 0) close(fd);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd;
-};
-
-esp::IpAddress address(const char* text) {
-  return *esp::IpAddress::parse(text);
-}
+using test::Socket;
 
 void run(const std::string& command) {
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
@@ -201,19 +189,7 @@ TEST_F(RouteInterfacesTest, TwoPeersZeroSelectorsTheRouteChoosesTheTunnel) {
   ASSERT_GE(wan.fd, 0) << std::strerror(errno);
   auto in_entry = std::get<xfrm::SadEntry>(sa_from_add_sa(in_sa(0x1122, 11)));
   esp::OutboundSa peer(in_entry.config, crypto::ipsec_mb_backend());
-  std::vector<uint8_t> inner(20 + 8 + 4, 0);
-  inner[0] = 0x45;
-  store_be16(&inner[2], static_cast<uint16_t>(inner.size()));
-  inner[8] = 64;
-  inner[9] = 17;
-  const uint8_t source[] = {10, 2, 0, 5}, destination[] = {10, 1, 0, 1};
-  std::memcpy(&inner[12], source, 4);
-  std::memcpy(&inner[16], destination, 4);
-  store_be16(&inner[10], static_cast<uint16_t>(~test::rfc1071_sum(0, inner.data(), 20)));
-  store_be16(&inner[20], 4000);
-  store_be16(&inner[22], 5000);
-  store_be16(&inner[24], 8 + 4);
-  store_be32(&inner[28], 77);
+  const std::vector<uint8_t> inner = test::counted_packet(77);
   esp::PacketBuffer buffer;
   ASSERT_TRUE(buffer.assign(inner));
   ASSERT_EQ(test::encapsulate(peer, buffer, esp::OuterHeaders::omit), esp::DropReason::none);

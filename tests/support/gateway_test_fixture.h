@@ -5,27 +5,21 @@
 
 #include <net/if.h>
 #include <netinet/in.h>
-#include <sched.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
-#include <cerrno>
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "daemon/gateway.h"
 #include "esp/ip_address.h"
 #include "gtest/gtest.h"
 #include "support/private_network_namespace.h"
+#include "support/rfc1071_checksum.h"
+#include "util/byte_order.h"
 #include "xfrm/fail_closed_routes.h"
 #include "xfrm/netlink.h"
 #include "xfrm/policy.h"
@@ -128,5 +122,24 @@ struct Socket {
   Socket& operator=(const Socket&) = delete;
   int fd;
 };
+
+// An IPv4 UDP packet 10.2.0.5:4000 -> 10.1.0.1:5000 whose payload is `counter`. The
+// header checksum is right: the kernel checks it when the TUN device hands the packet in.
+inline std::vector<uint8_t> counted_packet(uint32_t counter) {
+  std::vector<uint8_t> p(20 + 8 + 4, 0);
+  p[0] = 0x45;
+  store_be16(&p[2], static_cast<uint16_t>(p.size()));
+  p[8] = 64;
+  p[9] = 17;
+  const uint8_t source[] = {10, 2, 0, 5}, destination[] = {10, 1, 0, 1};
+  std::memcpy(&p[12], source, 4);
+  std::memcpy(&p[16], destination, 4);
+  store_be16(&p[10], static_cast<uint16_t>(~rfc1071_sum(0, p.data(), 20)));
+  store_be16(&p[20], 4000);
+  store_be16(&p[22], 5000);
+  store_be16(&p[24], 8 + 4);  // UDP checksum 0: none (IPv4)
+  store_be32(&p[28], counter);
+  return p;
+}
 
 }  // namespace espgw::test
