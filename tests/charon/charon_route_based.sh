@@ -39,27 +39,7 @@ side_addr() { case $1 in h) echo 192.0.2.1 ;; p1) echo 192.0.2.2 ;; p2) echo 192
 peer_lan() { [[ $1 == p1 ]] && echo 10.2.0.1 || echo 10.3.0.1; }
 peer_lan6() { [[ $1 == p1 ]] && echo fd00:2::1 || echo fd00:3::1; }
 
-check() {  # check LABEL CMD...
-  local label=$1
-  shift
-  if "$@"; then pass "$label"; else fail "$label"; fi
-}
-ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
 ping_fails() { ! in_ns "$1" ping -c 2 -i 0.2 -W 1 "$2" >/dev/null 2>&1; }
-
-iperf_ok() {  # iperf_ok CLIENT_NS SERVER_NS ADDRESS: 2 s of TCP, some data through
-  local client=$1 server=$2 address=$3 ok=0 mbps
-  in_ns "$server" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
-  wait_until 5 sh -c "ip netns exec '$server' ss -Hltn 'sport = :5201' | grep -q ."
-  if in_ns "$client" timeout 20 iperf3 -c "$address" -t 2 -J >"$WORK/iperf.json" 2>&1; then
-    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
-    log "iperf3 to $address: $mbps Mbit/s"
-    ((mbps > 0)) && ok=1
-  fi
-  [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
-  rm -f "$WORK/iperf.pid"
-  ((ok == 1))
-}
 
 setup() {
   local ns

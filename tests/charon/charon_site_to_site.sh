@@ -72,30 +72,6 @@ on_failure_logs() {
   fi
 }
 
-check() {  # check LABEL CMD...
-  local label=$1
-  shift
-  if "$@"; then pass "$label"; else fail "$label"; fi
-}
-
-ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
-
-iperf_ok() {  # iperf_ok CLIENT_NS SERVER_NS ADDRESS [-R]: 2 s of TCP, some data through
-  local client=$1 server=$2 address=$3 reverse=${4:-}
-  in_ns "$server" iperf3 -s -1 -D -I "$WORK/iperf.pid" --logfile "$WORK/iperf-server.log"
-  wait_until 5 sh -c "ip netns exec '$server' ss -Hltn 'sport = :5201' | grep -q ."
-  local ok=0
-  if in_ns "$client" timeout 20 iperf3 -c "$address" -t 2 -C cubic -J $reverse >"$WORK/iperf.json" 2>&1; then
-    local mbps
-    mbps=$(/usr/bin/python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
-    log "iperf3 $address ${reverse:-}: $mbps Mbit/s"
-    ((mbps > 0)) && ok=1
-  fi
-  [[ -f $WORK/iperf.pid ]] && kill "$(cat "$WORK/iperf.pid")" 2>/dev/null || true
-  rm -f "$WORK/iperf.pid"
-  ((ok == 1))
-}
-
 bring_up() {  # bring_up ESP ENCAP REKEY [BACKEND_B]
   local esp=$1 encap=$2 rekey=$3 backend_b=${4:-espgw}
   setup_topology

@@ -41,12 +41,6 @@ ESPGW_CTL=$ESPGW_RUNDIR/control.sock
 ESPGW_VICI=unix://$CHARON_RUNDIR/charon.vici
 SPLIT_PID="" SPLIT_ESPGW_PID=""
 
-check() {  # check LABEL CMD...
-  local label=$1
-  shift
-  if "$@"; then pass "$label"; else fail "$label"; fi
-}
-
 on_exit() {
   if ((FAILURES > 0)); then
     for f in "$WORK"/espgw-split.log "$WORK"/charon-*.log; do

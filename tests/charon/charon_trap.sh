@@ -29,12 +29,6 @@ source "$HERE/charon_lib.sh"
 INTERVAL_S=3  # AcquireRaiser::kIntervalMs
 STORM_S=5
 
-check() {  # check LABEL CMD...
-  local label=$1
-  shift
-  if "$@"; then pass "$label"; else fail "$label"; fi
-}
-
 on_failure_logs() {
   if ((FAILURES > 0)); then
     for f in "$WORK"/espgw-*.log "$WORK"/charon-*.log; do
@@ -120,7 +114,6 @@ EOS
   chmod 600 "$WORK/swanctl-$side.conf"
 }
 
-ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
 charon_sas_in_espgw() {  # charon_sas_in_espgw SIDE: how many of espgw's SAs charon installed
   espgw_json "$1" sas 'sum(1 for s in d["sas"].values() if s["origin"] == "charon")'
 }

@@ -27,12 +27,6 @@ CONFIGS_DIR=/usr/share/doc/espgw/examples
 APPARMOR_LOCAL=/etc/apparmor.d/local/usr.lib.ipsec.charon
 APPARMOR_INCLUDE='#include "/usr/share/espgw/apparmor/usr.lib.ipsec.charon"'
 
-check() {  # check LABEL CMD...
-  local label=$1
-  shift
-  if "$@"; then pass "$label"; else fail "$label"; fi
-}
-ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }
 installed() { dpkg-query -W -f='${Status}' espgw 2>/dev/null | grep -q "install ok installed"; }
 known_to_dpkg() { dpkg-query -W espgw >/dev/null 2>&1; }
 

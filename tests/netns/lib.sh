@@ -19,6 +19,11 @@ declare -A WORKERS_SIDE=()  # per side (a, b): the workers setting, 2 unless a s
 log() { printf '[s2s] %s\n' "$*"; }
 pass() { PASSES=$((PASSES + 1)); log "PASS $*"; }
 fail() { FAILURES=$((FAILURES + 1)); log "FAIL $*"; }
+check() {  # check LABEL CMD...: a pass if CMD succeeds, a failure otherwise
+  local label=$1
+  shift
+  if "$@"; then pass "$label"; else fail "$label"; fi
+}
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -31,6 +36,7 @@ cleanup() {
 trap cleanup EXIT
 
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+ping_ok() { in_ns "$1" ping -c 3 -i 0.2 -W 2 "$2" >/dev/null 2>&1; }  # ping_ok NS ADDRESS
 
 setup_topology() {
   for ns in "$LANA" "$GWA" "$GWB" "$LANB"; do
