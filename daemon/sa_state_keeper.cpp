@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -193,7 +194,9 @@ void SaStateKeeper::watch_locked(const xfrm::SaStateKey& key, Tracked& tracked,
                                  esp::ActivitySignal& activity) {
   unwatch_locked(tracked);
   tracked.cookie = ++next_cookie_;
-  watched_.emplace(tracked.cookie, key);
+  const auto entry = tracked_.find(key);
+  assert(entry != tracked_.end() && &entry->second == &tracked);
+  watched_.emplace(tracked.cookie, entry);
   activity.set_observer(this, tracked.cookie);
   pending_.push_back(key);  // its first reservation, or one that continues its key's
 }
@@ -257,8 +260,10 @@ void SaStateKeeper::put_locked(const xfrm::SaStateKey& key, const Tracked& track
 bool SaStateKeeper::reserve() {
   std::lock_guard lock(mutex_);
   ++tick_;
-  std::vector<xfrm::SaStateKey> visit;
-  visit.swap(pending_);
+  std::vector<TrackedMap::iterator> visit;
+  for (const xfrm::SaStateKey& key : pending_)
+    if (const auto found = tracked_.find(key); found != tracked_.end()) visit.push_back(found);
+  pending_.clear();  // what was forgotten since it was queued is not found
   {
     std::vector<uint64_t> active;
     {
@@ -270,13 +275,11 @@ bool SaStateKeeper::reserve() {
         visit.push_back(found->second);
   }
   std::vector<Raise> raises;
-  for (const xfrm::SaStateKey& key : visit) {
-    const auto found = tracked_.find(key);
-    if (found == tracked_.end()) continue;  // forgotten since
-    Tracked& tracked = found->second;
+  for (const TrackedMap::iterator entry : visit) {
+    Tracked& tracked = entry->second;
     if (tracked.held || tracked.last_visit_tick == tick_) continue;
     ++visits_;
-    visit_locked(key, tracked, raises);
+    visit_locked(entry->first, tracked, raises);
   }
   std::string error;
   if (!store_.write(&error)) {

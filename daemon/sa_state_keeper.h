@@ -148,7 +148,8 @@ class SaStateKeeper : private esp::ActivityObserver {
   mutable std::mutex mutex_;
   xfrm::SaStateStore store_;
   int lock_fd_ = -1;  // flock on the directory: one espgw per state directory
-  std::map<xfrm::SaStateKey, Tracked> tracked_;
+  using TrackedMap = std::map<xfrm::SaStateKey, Tracked>;
+  TrackedMap tracked_;
   uint64_t writes_ = 0;
   uint64_t write_failures_ = 0;
   uint64_t tick_ = 0;
@@ -157,7 +158,9 @@ class SaStateKeeper : private esp::ActivityObserver {
   // the cookies of SAs whose counters noted traffic (under activity_mutex_, which a worker
   // takes once per SA and tick, never while the disk is written).
   std::vector<xfrm::SaStateKey> pending_;
-  std::unordered_map<uint64_t, xfrm::SaStateKey> watched_;  // cookie -> key
+  // cookie -> the SA's entry (a map node stays put until erased, and it is unwatched first),
+  // so that a tick finds a busy SA without searching tracked_.
+  std::unordered_map<uint64_t, TrackedMap::iterator> watched_;
   uint64_t next_cookie_ = 0;
   std::mutex activity_mutex_;
   std::vector<uint64_t> active_;
