@@ -5,6 +5,7 @@ IKE_SAs. The tunnels load (aggregate throughput through 1 to 1,000 tunnels at on
 figure of its own: TARGET itself when the file holds nothing else, otherwise next to it
 (TARGET's name with "_tunnels")."""
 import json
+import statistics
 import sys
 
 import matplotlib
@@ -14,19 +15,30 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def plot_tunnels(data, tunnels, target):
-    tunnels = sorted(tunnels, key=lambda r: r["tunnels"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    fig.suptitle(f"espgw: UDP through many tunnels at once ({data['cpus']} CPUs, {data['date'][:10]})")
-    x = [str(r["tunnels"]) for r in tunnels]
-    ax.bar(x, [r["throughput_gbps"] or 0 for r in tunnels], color="#1565c0",
+    # Several runs of a size (interleaved rounds): the median, with the runs' range.
+    sizes = sorted({r["tunnels"] for r in tunnels})
+    runs = {t: [r for r in tunnels if r["tunnels"] == t] for t in sizes}
+
+    def median_of(t, field):
+        return statistics.median(r[field] or 0 for r in runs[t])
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    rounds = max(len(v) for v in runs.values())
+    what = f", medians of {rounds} runs" if rounds > 1 else ""
+    fig.suptitle(f"espgw: UDP through many tunnels at once ({data['cpus']} CPUs, {data['date'][:10]}{what})")
+    x = [str(t) for t in sizes]
+    delivered = [median_of(t, "throughput_gbps") for t in sizes]
+    low = [d - min(r["throughput_gbps"] or 0 for r in runs[t]) for d, t in zip(delivered, sizes)]
+    high = [max(r["throughput_gbps"] or 0 for r in runs[t]) - d for d, t in zip(delivered, sizes)]
+    ax.bar(x, delivered, color="#1565c0", yerr=[low, high], capsize=4,
            label="delivered to lanB (all tunnels)")
-    ax.plot(x, [r["sent_gbps"] or 0 for r in tunnels], "s--", color="grey", label="offered by lanA")
+    ax.plot(x, [median_of(t, "sent_gbps") for t in sizes], "s--", color="grey", label="offered by lanA")
     ax.set_xlabel("tunnels (SA pairs, one remote /32 each)")
     ax.set_ylabel("aggregate UDP payload, Gbit/s")
     ax.set_ylim(bottom=0)
     ax.legend(loc="lower left")
     twin = ax.twinx()
-    twin.plot(x, [r["jain_fairness"] or 0 for r in tunnels], "o-", color="#c62828")
+    twin.plot(x, [median_of(t, "jain_fairness") for t in sizes], "o-", color="#c62828")
     twin.set_ylim(0, 1.05)
     twin.set_ylabel("Jain fairness over outbound SAs", color="#c62828")
     fig.tight_layout()
