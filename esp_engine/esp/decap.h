@@ -44,9 +44,9 @@ DropReason decap_check(InboundSa& sa, const PacketBuffer& packet, PreparedDecap&
 // Verifies the ICV and decrypts in place. Safe to call concurrently.
 DropReason decap_open(const PreparedDecap& prepared, PacketBuffer& packet);
 // Commits the sequence number, checks the trailer and the inner packet, carries the outer
-// traffic class inward, and narrows each packet to its inner packet (TFC padding removed), for packets of one SA (every
-// prepared.sa the same), with one acquisition of the SA's replay-window lock for all of
-// them. Fills in and counts each item's reason.
+// traffic class inward, and narrows each packet to its inner packet (TFC padding removed), for
+// packets of one SA (every prepared.sa the same), with one acquisition of the SA's replay-window
+// lock for all of them. Fills in and counts each item's reason.
 struct FinishItem {
   const PreparedDecap* prepared;
   PacketBuffer* packet;

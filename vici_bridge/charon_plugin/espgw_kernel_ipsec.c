@@ -31,8 +31,8 @@ static void policy_key(char *buf, size_t len, kernel_ipsec_policy_id_t *id)
 
 	espgw_subnet_text(id->src_ts, src, sizeof(src));
 	espgw_subnet_text(id->dst_ts, dst, sizeof(dst));
-	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u/%u", espgw_direction_name(id->dir),
-			 src, id->src_ts->get_protocol(id->src_ts),
+	snprintf(buf, len, "policy/%s/%s/%u/%u-%u/%s/%u/%u-%u/%u",
+			 espgw_direction_name(id->dir), src, id->src_ts->get_protocol(id->src_ts),
 			 id->src_ts->get_from_port(id->src_ts), id->src_ts->get_to_port(id->src_ts),
 			 dst, id->dst_ts->get_protocol(id->dst_ts),
 			 id->dst_ts->get_from_port(id->dst_ts), id->dst_ts->get_to_port(id->dst_ts),
@@ -191,8 +191,10 @@ METHOD(kernel_ipsec_t, add_sa, status_t, private_espgw_kernel_ipsec_t *this,
 	{
 		/* a mark selects packets by the kernel's skb mark, which espgw's TUN devices
 		 * never see: route-based tunnels take if_id_in/if_id_out instead */
-		DBG1(DBG_KNL, "espgw: SA %.8x refused: marks are not supported (use if_id_in and "
-			 "if_id_out with an interface in espgw.conf)", ntohl(id->spi));
+		DBG1(DBG_KNL,
+			 "espgw: SA %.8x refused: marks are not supported (use if_id_in and "
+			 "if_id_out with an interface in espgw.conf)",
+			 ntohl(id->spi));
 		return NOT_SUPPORTED;
 	}
 	evc_begin(&b, EVC_CMD_REQUEST, "add-sa");
