@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: install the dependencies, build every flavour and run all tests.
+#   format: every C and C++ file as clang-format (.clang-format) writes it
 #   fuzz  (clang + libFuzzer + ASan/UBSan): each fuzz target for ESPGW_FUZZ_SECONDS
 #   tsan  (ThreadSanitizer): the threaded tests (names containing "Concurrent") and the
 #         gateway driven through its control path (GatewayDynamicTest, ControlSocketTest)
@@ -18,6 +19,13 @@ step() { printf '\n=== %s ===\n' "$*"; }
 
 step "dependencies"
 bash tools/install-deps.sh
+
+step "format (clang-format)"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  git ls-files -z '*.c' '*.h' '*.cpp'
+else  # a source tree without git: every file outside the build directories
+  find . -path ./build -prune -o -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -print0
+fi | xargs -0 clang-format --dry-run --Werror
 
 step "fuzz build (clang, libFuzzer), ${fuzz_seconds}s per target"
 cmake --preset fuzz -DESPGW_FUZZ_SECONDS="${fuzz_seconds}" >/dev/null
