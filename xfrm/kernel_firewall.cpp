@@ -149,20 +149,26 @@ void KernelFirewall::ContextFree::operator()(nft_ctx* context) const {
   nft_ctx_free(context);
 }
 
-KernelFirewall::KernelFirewall() : context_(nft_ctx_new(NFT_CTX_DEFAULT)) {
-  if (!context_) throw std::runtime_error("nftables: no libnftables context");
+KernelFirewall::Context KernelFirewall::open() {
+  Context context(nft_ctx_new(NFT_CTX_DEFAULT));
+  if (!context) return context;
   // Errors (and any output) into buffers, for our log, not onto stderr.
-  nft_ctx_buffer_output(context_.get());
-  nft_ctx_buffer_error(context_.get());
+  nft_ctx_buffer_output(context.get());
+  nft_ctx_buffer_error(context.get());
+  return context;
+}
+
+KernelFirewall::KernelFirewall() {
+  if (!open()) throw std::runtime_error("nftables: no libnftables context");
 }
 
 KernelFirewall::~KernelFirewall() = default;
 
-Result KernelFirewall::failure(std::string_view what) const {
+Result KernelFirewall::failure(nft_ctx* context, std::string_view what) {
   Result result;
   result.ok = false;
   result.error = EIO;  // nft reports text, not an errno
-  std::string detail = nft_ctx_get_error_buffer(context_.get());
+  std::string detail = context ? nft_ctx_get_error_buffer(context) : "";
   while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
   result.message = "nftables: " + std::string(what) + " failed" +
                    (detail.empty() ? std::string() : ": " + detail);
@@ -170,18 +176,21 @@ Result KernelFirewall::failure(std::string_view what) const {
 }
 
 Result KernelFirewall::run(const std::string& commands, std::string_view what) {
-  if (nft_run_cmd_from_buffer(context_.get(), commands.c_str()) == 0) return {};
-  return failure(what);
+  const Context context = open();
+  if (!context) return failure(nullptr, what);
+  if (nft_run_cmd_from_buffer(context.get(), commands.c_str()) == 0) return {};
+  return failure(context.get(), what);
 }
 
 Result KernelFirewall::list(const std::string& command, std::string_view what,
                             std::string& output) {
-  const unsigned flags = nft_ctx_output_get_flags(context_.get());
-  nft_ctx_output_set_flags(context_.get(), flags | NFT_CTX_OUTPUT_HANDLE);
-  const int status = nft_run_cmd_from_buffer(context_.get(), command.c_str());
-  nft_ctx_output_set_flags(context_.get(), flags);
-  output = nft_ctx_get_output_buffer(context_.get());
-  return status == 0 ? Result{} : failure(what);
+  const Context context = open();
+  if (!context) return failure(nullptr, what);
+  nft_ctx_output_set_flags(context.get(),
+                           nft_ctx_output_get_flags(context.get()) | NFT_CTX_OUTPUT_HANDLE);
+  const int status = nft_run_cmd_from_buffer(context.get(), command.c_str());
+  output = nft_ctx_get_output_buffer(context.get());
+  return status == 0 ? Result{} : failure(context.get(), what);
 }
 
 }  // namespace espgw::xfrm

@@ -63,7 +63,12 @@ std::string firewall_table(std::string_view tun_name, const FirewallChainRules& 
 // Removes the table if it is there.
 std::string firewall_removal(std::string_view tun_name);
 
-// A libnftables context. Not thread-safe: one thread runs its commands.
+// Runs nft commands through libnftables. Each command gets a libnftables context of its
+// own, freed when it is done: a context keeps its cache (a parsed copy of every rule of
+// the ruleset, read before any command that names a position) until its next command,
+// which with thousands of policies is most of espgw's memory (docs/scaling.md, "Memory
+// per SA"). The kernel's ruleset generation moves with every commit, so a kept cache was
+// read again at the next sync anyway. Not thread-safe: one thread runs its commands.
 class KernelFirewall {
  public:
   // Throws std::runtime_error if libnftables gives no context.
@@ -79,11 +84,13 @@ class KernelFirewall {
   Result list(const std::string& command, std::string_view what, std::string& output);
 
  private:
-  Result failure(std::string_view what) const;
   struct ContextFree {
     void operator()(nft_ctx* context) const;
   };
-  std::unique_ptr<nft_ctx, ContextFree> context_;
+  using Context = std::unique_ptr<nft_ctx, ContextFree>;
+  // Null if libnftables gives none.
+  static Context open();
+  static Result failure(nft_ctx* context, std::string_view what);
 };
 
 }  // namespace espgw::xfrm
