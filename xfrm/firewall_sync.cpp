@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "xfrm/nftables_rule_batch.h"
 #include "xfrm/policy_index.h"
 
 namespace espgw::xfrm {
@@ -298,6 +299,11 @@ Result FirewallSync::delta() {
   // the deletions: a deleted rule's anonymous set then never lends its name to a new one
   // in the same transaction.
   std::string inserts, deletes;
+  // The same transaction as netlink messages, as long as every new rule is one policy's
+  // rule on its own (xfrm/nftables_rule_batch.h): libnftables would read every rule of the
+  // ruleset for an insert's position.
+  NftablesRuleBatch batch_inserts(table_name_), batch_deletes(table_name_);
+  bool through_netlink = true;
   // The rules the commit gives handles of, in order, and where each handle goes.
   std::vector<std::pair<Member*, size_t>> echoed;
   uint64_t added = 0, replaced = 0, deleted = 0;
@@ -312,6 +318,7 @@ Result FirewallSync::delta() {
       for (const auto& handles : region.deleted) {
         if (handles[slot] == 0) continue;
         deletes += "delete rule " + chain + " handle " + std::to_string(handles[slot]) + "\n";
+        batch_deletes.remove(layout.name, handles[slot]);
         ++deleted;
       }
       // New rules go before the next rule that stays, in order: several before one anchor
@@ -330,6 +337,12 @@ Result FirewallSync::delta() {
                        ? "insert rule " + chain + " position " + std::to_string(anchors[run]) + " "
                        : "add rule " + chain + " ";
         inserts += head.run_text + "\n";
+        // A run of one member is that member's rule on its own.
+        if (part != kFailClosed && head.run_text == head.rule.single &&
+            NftablesRuleBatch::builds(head.policy))
+          batch_inserts.insert(layout.name, head.policy, anchors[run]);
+        else
+          through_netlink = false;
         echoed.emplace_back(&head, slot);
         if (region.runs[run].action == Action::replace) {
           ++replaced;
@@ -342,7 +355,14 @@ Result FirewallSync::delta() {
   }
   const std::string commands = inserts + deletes;
   if (commands.empty()) return {};
-  if (auto result = kernel_.run(commands, "changing the policies' rules"); !result) return result;
+  if (through_netlink) {
+    // New rules first, then the deletions, as in the text.
+    NftablesRuleBatch& batch = batch_inserts;
+    batch.append(batch_deletes);
+    if (auto result = batch.commit("changing the policies' rules"); !result) return result;
+  } else if (auto result = kernel_.run(commands, "changing the policies' rules"); !result) {
+    return result;
+  }
   const auto commit = events_.own_commit(table_name_);
   if (!commit || commit->rules.size() != echoed.size()) {
     rebuild_next(commit
@@ -355,6 +375,7 @@ Result FirewallSync::delta() {
   for (size_t i = 0; i < echoed.size(); ++i)
     echoed[i].first->handle[echoed[i].second] = commit->rules[i].second;
   ++stats_.deltas;
+  if (through_netlink) ++stats_.netlink_deltas;
   stats_.rules_added += added;
   stats_.rules_replaced += replaced;
   stats_.rules_deleted += deleted;

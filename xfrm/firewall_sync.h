@@ -10,10 +10,11 @@
 // chain's end), then removed ones deleted by handle; a changed rule is deleted and its new
 // text inserted where it stood. A rule of one policy costs one command whatever the
 // table's size; a shared rule (an anonymous set, which the kernel cannot change in place)
-// is sent again whole when a member joins or leaves it. libnftables 1.0.6 reads every
-// rule of the ruleset before a command that names a position (an insert before a rule),
-// so such a sync still costs O(n) in libnftables (docs/scaling.md); deletions and appends
-// do not.
+// is sent again whole when a member joins or leaves it. When every new rule of a sync is
+// one policy's rule on its own, the transaction goes as netlink messages built with
+// libnftnl (xfrm/nftables_rule_batch.h), with each insert's position as an attribute: the
+// same cost at any table size. Otherwise it goes as text through libnftables, which reads
+// every rule of the ruleset before an insert that names a position (O(n), docs/scaling.md).
 //
 // The full table (firewall_table) is written instead: at the first sync, after a delta the
 // kernel refused, after an answer that did not give the handles expected, and when the
@@ -49,9 +50,10 @@ struct FirewallChange {
 };
 
 struct FirewallSyncStats {
-  uint64_t deltas = 0;       // transactions of changed rules only
-  uint64_t rebuilds = 0;     // whole-table transactions, the first one included
-  uint64_t rules_added = 0;  // by deltas
+  uint64_t deltas = 0;          // transactions of changed rules only
+  uint64_t netlink_deltas = 0;  // of which sent as libnftnl's messages, not as text
+  uint64_t rebuilds = 0;        // whole-table transactions, the first one included
+  uint64_t rules_added = 0;     // by deltas
   uint64_t rules_replaced = 0;
   uint64_t rules_deleted = 0;
   std::string last_rebuild_reason;

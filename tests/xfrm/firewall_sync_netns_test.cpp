@@ -333,5 +333,81 @@ TEST_F(FirewallSyncNetns, AStaleTableOfAnEarlierRunIsReplacedAtTheFirstSync) {
   EXPECT_EQ(normalised_table("espgw0"), reference_table(model.spd(), model.routes()));
 }
 
+// A policy of one port, as charon's per-child policies: its rule is never shared.
+Policy port_policy(std::mt19937& random, uint32_t id, Direction direction) {
+  Policy p = random_policy(random, id);
+  p.direction = direction;
+  p.selector.protocol = random() % 2 == 0 ? 17 : 6;
+  p.selector.remote_ports = {static_cast<uint16_t>(20000 + id), static_cast<uint16_t>(20000 + id)};
+  if (random() % 4 == 0) p.selector.local_ports = {1000, static_cast<uint16_t>(1000 + id)};
+  return p;
+}
+
+TEST_F(FirewallSyncNetns, OnePolicyRulesGoAsNetlinkMessagesAndLeaveTheSameTable) {
+  std::mt19937 random(21);
+  FirewallSync sync(kernel_, "espgw0");
+  Model model(sync);
+  std::vector<Policy> installed;
+  uint32_t next_id = 1;
+  for (int step = 0; step < 80; ++step) {
+    const int changes = 1 + static_cast<int>(random() % 8);
+    for (int change = 0; change < changes; ++change) {
+      if (installed.empty() || random() % 3 != 0) {
+        installed.push_back(port_policy(random, next_id++, static_cast<Direction>(random() % 3)));
+        model.add(installed.back());
+      } else {
+        const size_t victim = random() % installed.size();
+        model.remove(installed[victim]);
+        installed.erase(installed.begin() + static_cast<long>(victim));
+      }
+      if (HasFatalFailure()) return;
+    }
+    model.sync_prefixes();
+    const Result result = sync.sync();
+    ASSERT_TRUE(result.ok) << result.message;
+    ASSERT_EQ(normalised_table("espgw0"), reference_table(model.spd(), model.routes()))
+        << "step " << step;
+  }
+  EXPECT_EQ(sync.stats().rebuilds, 1u) << sync.stats().last_rebuild_reason;
+  // Those that changed a fail-closed prefix too went as text.
+  EXPECT_GT(sync.stats().netlink_deltas, 40u);
+  EXPECT_LT(sync.stats().netlink_deltas, sync.stats().deltas);
+}
+
+TEST_F(FirewallSyncNetns, ANetlinkDeltaTheKernelRefusesFallsBackToTheWholeTable) {
+  FirewallSync sync(kernel_, "espgw0");
+  Model model(sync);
+  std::mt19937 random(12);
+  for (uint32_t id = 1; id <= 30; ++id)
+    model.add(port_policy(random, id, static_cast<Direction>(id % 3)));
+  model.sync_prefixes();
+  ASSERT_TRUE(sync.sync().ok);
+  bool ok = false;
+  nft("flush chain inet " + firewall_table_name("espgw0") + " input", &ok);
+  ASSERT_TRUE(ok);
+  const auto generation = nftables_generation();
+  ASSERT_TRUE(generation.has_value());
+  sync.assume_generation(*generation);
+  // A new rule before a rule the kernel no longer has.
+  Policy early = port_policy(random, 31, Direction::in);
+  early.priority = 0;
+  Policy late = port_policy(random, 32, Direction::in);
+  late.priority = 0;
+  model.add(early);
+  model.add(late);
+  model.sync_prefixes();
+  const uint64_t netlink_deltas = sync.stats().netlink_deltas;
+  ASSERT_TRUE(sync.sync().ok);
+  EXPECT_EQ(sync.stats().netlink_deltas, netlink_deltas);  // refused: not counted
+  // The netlink batch's own words for the message the kernel refused.
+  EXPECT_NE(sync.stats().last_rebuild_reason.find("adding a rule to chain input"),
+            std::string::npos)
+      << sync.stats().last_rebuild_reason;
+  EXPECT_EQ(sync.stats().rebuilds, 2u);
+  EXPECT_NE(sync.stats().last_rebuild_reason.find("refused"), std::string::npos)
+      << sync.stats().last_rebuild_reason;
+  EXPECT_EQ(normalised_table("espgw0"), reference_table(model.spd(), model.routes()));
+}
+
 }  // namespace
 }  // namespace espgw::xfrm
