@@ -10,6 +10,7 @@ packages=(
   clang clang-format libclang-rt-14-dev          # fuzzing (libFuzzer) and formatting
   libipsec-mb-dev libssl-dev libmnl-dev           # crypto backends, netlink
   libnftables-dev nftables                        # in/fwd policies in the kernel; nft for tests
+  libnftnl-dev                                    # the firewall sync's one-policy rules as netlink messages
   openssl                                         # test certificates (tests/charon x509)
   bzip2                                           # unpacks the strongSwan source tarball
   libgtest-dev libgmock-dev libbenchmark-dev      # unit tests and micro benchmarks

@@ -20,8 +20,8 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 
-# Library dependencies from the binaries (libipsec-mb1, libmnl0, libnftables1, libssl3,
-# libsystemd0, ...). The plugin's libcharon and libstrongswan live in /usr/lib/ipsec,
+# Library dependencies from the binaries (libipsec-mb1, libmnl0, libnftables1, libnftnl11,
+# libssl3, libsystemd0, ...). The plugin's libcharon and libstrongswan live in /usr/lib/ipsec,
 # which its RUNPATH names, so dpkg-shlibdeps finds their packages too.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS /usr/lib/ipsec)
