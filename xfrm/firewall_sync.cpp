@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <deque>
 #include <sstream>
 
 #include "xfrm/nftables_rule_batch.h"
@@ -44,13 +45,15 @@ size_t part_of(Direction direction) {
   return kOut;
 }
 
-// Sorts as PolicyOrder does: the SPD's lookup order.
+// Sorts as PolicyOrder does: the SPD's lookup order. 15 bytes, which std::string keeps
+// without a heap block of its own: the sequence's low 56 bits, which one increment per
+// policy added never exhausts.
 std::string policy_key(const Policy& policy, uint64_t sequence) {
   const PolicyOrder order = PolicyOrder::of(policy, sequence);
-  std::string key(16, '\0');
+  std::string key(15, '\0');
   for (int i = 0; i < 4; ++i) key[i] = static_cast<char>(order.priority >> (24 - 8 * i));
   for (int i = 0; i < 4; ++i) key[4 + i] = static_cast<char>(order.generality >> (24 - 8 * i));
-  for (int i = 0; i < 8; ++i) key[8 + i] = static_cast<char>(order.sequence >> (56 - 8 * i));
+  for (int i = 0; i < 7; ++i) key[8 + i] = static_cast<char>(order.sequence >> (48 - 8 * i));
   return key;
 }
 
@@ -118,6 +121,15 @@ std::optional<uint32_t> nftables_generation() {
   return generation;
 }
 
+FirewallRule FirewallSync::rule_of(size_t part, const Member& member) const {
+  return part == kFailClosed ? firewall_fail_closed_rule(member.prefix, tun_name_)
+                             : firewall_policy_rule(member.policy);
+}
+
+size_t FirewallSync::index_of(const Part& part) const {
+  return static_cast<size_t>(&part - parts_.data());
+}
+
 FirewallSync::FirewallSync(KernelFirewall& kernel, std::string tun_name)
     : kernel_(kernel),
       tun_name_(std::move(tun_name)),
@@ -130,7 +142,6 @@ void FirewallSync::apply(const FirewallChange& change) {
       if (policy_keys_.count(change.policy.id) != 0)
         erase_member(part_of(change.policy.direction), policy_keys_[change.policy.id]);
       Member member;
-      member.rule = firewall_policy_rule(change.policy);
       member.policy = change.policy;
       std::string key = policy_key(change.policy, ++sequence_);
       policy_keys_[change.policy.id] = key;
@@ -146,7 +157,6 @@ void FirewallSync::apply(const FirewallChange& change) {
     }
     case FirewallChange::Kind::add_prefix: {
       Member member;
-      member.rule = firewall_fail_closed_rule(change.prefix, tun_name_);
       member.prefix = change.prefix;
       insert_member(kFailClosed, prefix_key(change.prefix), std::move(member));
       break;
@@ -210,20 +220,23 @@ FirewallSync::Region FirewallSync::redecide(Part& part) {
   }
   region.from_beginning = start == part.members.begin();
   FirewallRunBuilder builder;
+  std::deque<FirewallRule> rules;  // of the members walked; the builder points into it
   std::vector<const FirewallRule*> run;
   Member* head = nullptr;
   const auto finish_run = [&] {
     if (!head) return;
-    NewRun decided{head, firewall_run_rule(run), Action::insert};
+    NewRun decided{head, firewall_run_rule(run), Action::insert, run.size() == 1};
     if (head->run_start) {
-      decided.action = decided.text == head->run_text ? Action::keep : Action::replace;
+      const std::string& had = head->run_text.empty() ? run.front()->single : head->run_text;
+      decided.action = decided.text == had ? Action::keep : Action::replace;
       if (decided.action == Action::replace) region.deleted.push_back(head->handle);
     }
     region.runs.push_back(std::move(decided));
   };
   auto end = part.members.end();
   for (auto member = start; member != end; ++member) {
-    const bool starts = builder.next(member->second.rule);
+    rules.push_back(rule_of(index_of(part), member->second));
+    const bool starts = builder.next(rules.back());
     if (starts && member->first > last_change && member->second.run_start) {
       // A run start after the last change that was one before: the same from here on.
       region.stop = &member->second;
@@ -232,12 +245,13 @@ FirewallSync::Region FirewallSync::redecide(Part& part) {
     }
     if (starts) {
       finish_run();
+      while (rules.size() > 1) rules.pop_front();  // the new run's stays
       head = &member->second;
       run.clear();
     } else if (member->second.run_start) {
       region.deleted.push_back(member->second.handle);
     }
-    run.push_back(&member->second.rule);
+    run.push_back(&rules.back());
   }
   finish_run();
   for (const auto& removed : part.removed) region.deleted.push_back(removed.handle);
@@ -248,9 +262,9 @@ FirewallSync::Region FirewallSync::redecide(Part& part) {
   for (auto member = start; member != end; ++member) {
     Member& m = member->second;
     if (next_run < region.runs.size() && region.runs[next_run].head == &m) {
-      NewRun& decided = region.runs[next_run++];
+      const NewRun& decided = region.runs[next_run++];
       m.run_start = true;
-      m.run_text = std::move(decided.text);
+      m.run_text = decided.single ? std::string() : decided.text;
       if (decided.action != Action::keep) m.handle = {};
     } else {
       m.run_start = false;
@@ -336,9 +350,8 @@ Result FirewallSync::delta() {
         inserts += anchors[run] != 0
                        ? "insert rule " + chain + " position " + std::to_string(anchors[run]) + " "
                        : "add rule " + chain + " ";
-        inserts += head.run_text + "\n";
-        // A run of one member is that member's rule on its own.
-        if (part != kFailClosed && head.run_text == head.rule.single &&
+        inserts += region.runs[run].text + "\n";
+        if (part != kFailClosed && region.runs[run].single &&
             NftablesRuleBatch::builds(head.policy))
           batch_inserts.insert(layout.name, head.policy, anchors[run]);
         else
@@ -386,25 +399,33 @@ Result FirewallSync::rebuild() {
   // Every run from scratch; each chain's rules in order, with where their handles go.
   FirewallChainRules rules;
   std::array<std::vector<std::pair<Member*, size_t>>, 3> heads;
-  for (auto& part : parts_) {
+  // Each part's runs in order: the head and the rule's text.
+  std::array<std::vector<std::pair<Member*, std::string>>, 4> runs;
+  for (size_t index = 0; index < parts_.size(); ++index) {
+    Part& part = parts_[index];
     part.dirty.clear();
     part.removed.clear();
     FirewallRunBuilder builder;
+    std::deque<FirewallRule> member_rules;  // the current run's; the builder points into it
     std::vector<const FirewallRule*> run;
     Member* head = nullptr;
     const auto finish_run = [&] {
-      if (head) head->run_text = firewall_run_rule(run);
+      if (!head) return;
+      runs[index].emplace_back(head, firewall_run_rule(run));
+      if (run.size() > 1) head->run_text = runs[index].back().second;
     };
     for (auto& [key, member] : part.members) {
-      member.run_start = builder.next(member.rule);
+      member_rules.push_back(rule_of(index, member));
       member.handle = {};
       member.run_text.clear();
+      member.run_start = builder.next(member_rules.back());
       if (member.run_start) {
         finish_run();
+        while (member_rules.size() > 1) member_rules.pop_front();  // the new run's stays
         head = &member;
         run.clear();
       }
-      run.push_back(&member.rule);
+      run.push_back(&member_rules.back());
     }
     finish_run();
   }
@@ -412,11 +433,10 @@ Result FirewallSync::rebuild() {
   std::array<std::vector<std::string>*, 3> texts = {&rules.input, &rules.forward, &rules.output};
   for (size_t chain = 0; chain < layouts.size(); ++chain)
     for (const auto& [part, slot] : layouts[chain].parts)
-      for (auto& [key, member] : parts_[part].members)
-        if (member.run_start) {
-          texts[chain]->push_back(member.run_text);
-          heads[chain].emplace_back(&member, slot);
-        }
+      for (const auto& [head, text] : runs[part]) {
+        texts[chain]->push_back(text);
+        heads[chain].emplace_back(head, slot);
+      }
   ++stats_.rebuilds;
   stats_.last_rebuild_reason = rebuild_reason_;
   if (auto result = kernel_.run(firewall_table(tun_name_, rules), "installing the policies' rules");

@@ -89,14 +89,15 @@ class FirewallSync {
   FirewallSpec spec() const;
 
  private:
-  // A policy's or prefix's rule in chain order; the first member of a run carries the
-  // run's kernel rule.
+  // A policy or prefix in chain order; the first member of a run carries the run's kernel
+  // rule. Its own rule (FirewallRule) is built again when a sync needs it rather than kept:
+  // with thousands of policies the texts would be most of the model's memory.
   struct Member {
-    FirewallRule rule;
     Policy policy;                     // policies' parts
     esp::IpPrefix prefix;              // the fail-closed part
     bool run_start = false;            // as the kernel has it
-    std::string run_text;              // run_start: the rule the kernel has
+    std::string run_text;              // run_start: the rule the kernel has; empty when it
+                                       // is this member's rule on its own
     std::array<uint64_t, 2> handle{};  // run_start: the rule's handle in each chain
   };
   using Members = std::map<std::string, Member>;
@@ -114,6 +115,7 @@ class FirewallSync {
     Member* head = nullptr;
     std::string text;
     Action action = Action::keep;
+    bool single = false;  // one member: its rule on its own
   };
   // The runs re-decided in one part at one sync: [start, stop) of its members.
   struct Region {
@@ -128,6 +130,8 @@ class FirewallSync {
     size_t slot;  // which of the member's handles
   };
 
+  FirewallRule rule_of(size_t part, const Member& member) const;
+  size_t index_of(const Part& part) const;
   void insert_member(size_t part, std::string key, Member member);
   void erase_member(size_t part, const std::string& key);
   Region redecide(Part& part);
