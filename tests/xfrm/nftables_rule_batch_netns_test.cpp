@@ -104,6 +104,7 @@ std::vector<Policy> every_shape() {
       {6, {1000, 2000}, any},
       {6, {443, 443}, {1024, 65535}},
       {132, {0, 0}, {7, 9}},
+      {1, {8, 8}, any},  // ICMP: a selector's "port" is the type
   };
   std::vector<Policy> policies;
   uint32_t id = 0;
