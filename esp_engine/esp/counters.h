@@ -45,6 +45,12 @@ class SaCounters {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + inner_bytes, std::memory_order_relaxed);
     activity_.note();
   }
+  // A batch of packets numbered under one acquisition of the lock.
+  void count_packets_locked(uint64_t packets, uint64_t inner_bytes) {
+    packets_.store(packets_.load(std::memory_order_relaxed) + packets, std::memory_order_relaxed);
+    bytes_.store(bytes_.load(std::memory_order_relaxed) + inner_bytes, std::memory_order_relaxed);
+    activity_.note();
+  }
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 

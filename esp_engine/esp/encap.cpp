@@ -53,20 +53,18 @@ DropReason summarize_inner(const PacketBuffer& packet, InnerSummary& summary) {
   }
 }
 
-void write_outer_ipv4(OutboundSa& sa, uint8_t* h, size_t total_length, uint8_t protocol,
+// All but the ID and the checksum, which come with the sequence number (encap_number).
+void write_outer_ipv4(const OutboundSa& sa, uint8_t* h, size_t total_length, uint8_t protocol,
                       const PreparedEncap& prepared) {
   const SaConfig& c = sa.config();
   h[0] = 0x45;
   h[1] = prepared.outer_traffic_class;
   store_be16(h + 2, static_cast<uint16_t>(total_length));
-  store_be16(h + 4, sa.next_ip_id());
   store_be16(h + 6, prepared.outer_dont_fragment ? 0x4000 : 0);
   h[8] = 64;
   h[9] = protocol;
-  store_be16(h + 10, 0);
   std::memcpy(h + 12, c.tunnel_source.bytes.data(), 4);
   std::memcpy(h + 16, c.tunnel_destination.bytes.data(), 4);
-  store_be16(h + 10, ipv4_header_checksum(h, kIpv4HeaderLength));
 }
 
 void write_outer_ipv6(const OutboundSa& sa, uint8_t* h, size_t payload_length, uint8_t protocol,
@@ -107,96 +105,153 @@ size_t encap_tailroom() {
   return kMaxEspTailLength;
 }
 
-DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
-                         PreparedEncap& prepared, uint64_t sequence_limit) {
+namespace {
+
+// Where everything goes for one packet, worked out without touching the buffer.
+struct EncapLayout {
+  InnerSummary inner{};
+  size_t inner_length = 0;
+  size_t tfc_padding = 0;
+  size_t padded_length = 0;
+  size_t padding = 0;
+  size_t payload_length = 0;
+  size_t esp_length = 0;
+  size_t outer_length = 0;
+  bool udp = false;
+  bool ipv6_outer = false;
+};
+
+DropReason plan_encap(const OutboundSa& sa, const PacketBuffer& packet, OuterHeaders outer,
+                      EncapLayout& plan) {
   const SaConfig& config = sa.config();
   const EspLayout& layout = sa.crypto().layout();
-  InnerSummary inner{};
-  DropReason reason = summarize_inner(packet, inner);
+  DropReason reason = summarize_inner(packet, plan.inner);
   if (reason == DropReason::none &&
       (packet.headroom() < encap_headroom(config, outer) ||
        packet.tailroom() < layout.alignment - 1 + kEspTrailerLength + layout.icv_length))
     reason = DropReason::no_buffer_space;
 
-  const size_t inner_length = packet.size();
-  const size_t tfc_padding = config.tfc_pad_to > inner_length && reason == DropReason::none
-                                 ? tfc_padding_length(config, layout, packet)
-                                 : 0;
-  const size_t padded_length = inner_length + tfc_padding;
-  const size_t padding =
-      (layout.alignment - (padded_length + kEspTrailerLength) % layout.alignment) %
-      layout.alignment;
-  const size_t payload_length = padded_length + padding + kEspTrailerLength;
-  const size_t esp_length =
-      kEspHeaderLength + layout.iv_length + payload_length + layout.icv_length;
-  const bool udp = config.udp_encapsulation.has_value();
-  const bool ipv6_outer = config.tunnel_source.family == 6;
-  const size_t outer_length =
-      outer == OuterHeaders::include
-          ? (ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength) + (udp ? kUdpHeaderLength : 0)
-          : 0;
+  plan.inner_length = packet.size();
+  plan.tfc_padding = config.tfc_pad_to > plan.inner_length && reason == DropReason::none
+                         ? tfc_padding_length(config, layout, packet)
+                         : 0;
+  plan.padded_length = plan.inner_length + plan.tfc_padding;
+  plan.padding = (layout.alignment - (plan.padded_length + kEspTrailerLength) % layout.alignment) %
+                 layout.alignment;
+  plan.payload_length = plan.padded_length + plan.padding + kEspTrailerLength;
+  plan.esp_length = kEspHeaderLength + layout.iv_length + plan.payload_length + layout.icv_length;
+  plan.udp = config.udp_encapsulation.has_value();
+  plan.ipv6_outer = config.tunnel_source.family == 6;
+  plan.outer_length = outer == OuterHeaders::include
+                          ? (plan.ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength) +
+                                (plan.udp ? kUdpHeaderLength : 0)
+                          : 0;
   // IPv4 total length and IPv6 payload length are both 16-bit fields.
-  const size_t length_field =
-      esp_length + (udp ? kUdpHeaderLength : 0) + (ipv6_outer ? 0 : kIpv4HeaderLength);
+  const size_t length_field = plan.esp_length + (plan.udp ? kUdpHeaderLength : 0) +
+                              (plan.ipv6_outer ? 0 : kIpv4HeaderLength);
   if (reason == DropReason::none && length_field > 0xFFFF) reason = DropReason::too_big;
+  return reason;
+}
 
-  // The sequence number is taken last, once nothing else can fail, so that a number is
-  // only consumed by a packet that will be sent.
-  uint64_t sequence = 0;
-  if (reason == DropReason::none) reason = sa.take_sequence(inner_length, sequence_limit, sequence);
+// Writes everything but the sequence number: the trailer, the UDP header and an IPv6 outer
+// header. The SPI, the number, an AEAD's IV and an IPv4 outer header (its ID and
+// checksum) come with the number (number_encap).
+void frame_encap(const OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                 const EncapLayout& plan, PreparedEncap& prepared) {
+  const SaConfig& config = sa.config();
+  const EspLayout& layout = sa.crypto().layout();
+  // Final layout, written through one pointer and committed to the buffer in one update:
+  // [outer IP][UDP] SPI seq IV | inner | padding, pad length, next header | ICV
+  const size_t front = plan.outer_length + kEspHeaderLength + layout.iv_length;
+  uint8_t* inner_start = packet.data();
+  uint8_t* start =
+      packet.expand(front, plan.tfc_padding + plan.padding + kEspTrailerLength + layout.icv_length);
+
+  // TFC padding (zeros) after the inner packet, then the trailer: padding 1, 2, 3, ...
+  // (RFC 4303 2.4), pad length, next header.
+  if (plan.tfc_padding != 0) std::memset(inner_start + plan.inner_length, 0, plan.tfc_padding);
+  uint8_t* trailer = inner_start + plan.padded_length;
+  for (size_t i = 0; i < plan.padding; ++i) trailer[i] = static_cast<uint8_t>(i + 1);
+  trailer[plan.padding] = static_cast<uint8_t>(plan.padding);
+  trailer[plan.padding + 1] = plan.inner.next_header;
+
+  prepared = {0,
+              plan.outer_length,
+              plan.inner_length,
+              plan.payload_length,
+              false,
+              outer_traffic_class(plan.inner.traffic_class, config.outer_header),
+              outer_dont_fragment(plan.inner.dont_fragment, config.outer_header),
+              false};
+  if (outer == OuterHeaders::omit) return;
+
+  const uint8_t protocol = plan.udp ? kProtocolUdp : kProtocolEsp;
+  const size_t ip_header_length = plan.ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength;
+  if (plan.udp) {
+    uint8_t* u = start + ip_header_length;
+    store_be16(u, config.udp_encapsulation->source_port);
+    store_be16(u + 2, config.udp_encapsulation->destination_port);
+    store_be16(u + 4, static_cast<uint16_t>(kUdpHeaderLength + plan.esp_length));
+    store_be16(u + 6, 0);  // RFC 3948 over IPv4: checksum 0; over IPv6 filled by seal
+    prepared.udp6_checksum = plan.ipv6_outer;
+  }
+  const size_t total_length = plan.outer_length + plan.esp_length;
+  if (plan.ipv6_outer) {
+    write_outer_ipv6(sa, start, total_length - kIpv6HeaderLength, protocol, prepared);
+  } else {
+    // Completed with its ID and checksum when numbered.
+    write_outer_ipv4(sa, start, total_length, protocol, prepared);
+    prepared.outer_ipv4 = true;
+  }
+}
+
+}  // namespace
+
+DropReason encap_frame(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                       PreparedEncap& prepared) {
+  EncapLayout plan;
+  const DropReason reason = plan_encap(sa, packet, outer, plan);
   if (reason != DropReason::none) {
     sa.counters().count(reason);
     return reason;
   }
+  frame_encap(sa, packet, outer, plan, prepared);
+  return DropReason::none;
+}
 
-  // Final layout, written through one pointer and committed to the buffer in one update:
-  // [outer IP][UDP] SPI seq IV | inner | padding, pad length, next header | ICV
-  const size_t front = outer_length + kEspHeaderLength + layout.iv_length;
-  uint8_t* inner_start = packet.data();
-  uint8_t* start =
-      packet.expand(front, tfc_padding + padding + kEspTrailerLength + layout.icv_length);
-
-  // TFC padding (zeros) after the inner packet, then the trailer: padding 1, 2, 3, ...
-  // (RFC 4303 2.4), pad length, next header.
-  if (tfc_padding != 0) std::memset(inner_start + inner_length, 0, tfc_padding);
-  uint8_t* trailer = inner_start + padded_length;
-  for (size_t i = 0; i < padding; ++i) trailer[i] = static_cast<uint8_t>(i + 1);
-  trailer[padding] = static_cast<uint8_t>(padding);
-  trailer[padding + 1] = inner.next_header;
-
+void encap_number(const OutboundSa& sa, PacketBuffer& packet, PreparedEncap& prepared,
+                  uint64_t sequence, uint16_t ip_id) {
+  prepared.sequence = sequence;
   // ESP header and an AEAD's explicit IV. That IV is the 64-bit sequence number: unique
   // per SA for its whole life (sequence numbers never repeat), which is all GCM and
   // ChaCha20 need. AES-CBC's must be unpredictable as well: seal writes it.
-  uint8_t* esp = start + outer_length;
-  store_be32(esp, config.spi);
+  uint8_t* esp = packet.data() + prepared.esp_offset;
+  store_be32(esp, sa.config().spi);
   store_be32(esp + 4, static_cast<uint32_t>(sequence));
-  if (layout.iv_length == kExplicitIvLength) store_be64(esp + kEspHeaderLength, sequence);
+  if (sa.crypto().layout().iv_length == kExplicitIvLength)
+    store_be64(esp + kEspHeaderLength, sequence);
+  if (!prepared.outer_ipv4) return;
+  uint8_t* h = packet.data();
+  store_be16(h + 4, ip_id);
+  store_be16(h + 10, 0);
+  store_be16(h + 10, ipv4_header_checksum(h, kIpv4HeaderLength));
+}
 
-  prepared = {sequence,
-              outer_length,
-              inner_length,
-              payload_length,
-              false,
-              outer_traffic_class(inner.traffic_class, config.outer_header),
-              outer_dont_fragment(inner.dont_fragment, config.outer_header)};
-  if (outer == OuterHeaders::omit) return DropReason::none;
-
-  const uint8_t protocol = udp ? kProtocolUdp : kProtocolEsp;
-  const size_t ip_header_length = ipv6_outer ? kIpv6HeaderLength : kIpv4HeaderLength;
-  if (udp) {
-    uint8_t* u = start + ip_header_length;
-    store_be16(u, config.udp_encapsulation->source_port);
-    store_be16(u + 2, config.udp_encapsulation->destination_port);
-    store_be16(u + 4, static_cast<uint16_t>(kUdpHeaderLength + esp_length));
-    store_be16(u + 6, 0);  // RFC 3948 over IPv4: checksum 0; over IPv6 filled by seal
-    prepared.udp6_checksum = ipv6_outer;
+DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                         PreparedEncap& prepared, uint64_t sequence_limit) {
+  EncapLayout plan;
+  DropReason reason = plan_encap(sa, packet, outer, plan);
+  // The sequence number is taken last, once nothing else can fail, so that a number is
+  // only consumed by a packet that will be sent.
+  uint64_t sequence = 0;
+  if (reason == DropReason::none)
+    reason = sa.take_sequence(plan.inner_length, sequence_limit, sequence);
+  if (reason != DropReason::none) {
+    sa.counters().count(reason);
+    return reason;
   }
-  const size_t total_length = outer_length + esp_length;
-  if (ipv6_outer) {
-    write_outer_ipv6(sa, start, total_length - kIpv6HeaderLength, protocol, prepared);
-  } else {
-    write_outer_ipv4(sa, start, total_length, protocol, prepared);
-  }
+  frame_encap(sa, packet, outer, plan, prepared);
+  encap_number(sa, packet, prepared, sequence, prepared.outer_ipv4 ? sa.next_ip_id() : 0);
   return DropReason::none;
 }
 

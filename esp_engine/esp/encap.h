@@ -2,7 +2,8 @@
 //
 // Split in two steps so that a pipeline can run them on different threads: prepare()
 // takes the sequence number and writes every header and the trailer (cheap, in order),
-// seal() does the cipher and ICV work (expensive, any thread, any order).
+// seal() does the cipher and ICV work (expensive, any thread, any order). prepare() is
+// itself split at the number (encap_frame, encap_number) for numbering a batch at once.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,7 @@ struct PreparedEncap {
   // the outer header with OuterHeaders::include; for the socket that adds it otherwise.
   uint8_t outer_traffic_class = 0;
   bool outer_dont_fragment = true;
+  bool outer_ipv4 = false;  // an outer IPv4 header, whose ID and checksum come with the number
 };
 
 // The buffer must hold exactly one IPv4 or IPv6 packet. On success it holds the headers
@@ -38,6 +40,17 @@ struct PreparedEncap {
 // bounding packets in flight per SA without a lock of its own.
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
                          PreparedEncap& prepared, uint64_t sequence_limit = ~uint64_t{0});
+// encap_prepare in two steps, for a pipeline that numbers a reader's batch at once (one
+// acquisition of the SA's lock per batch and SA, docs/pipeline.md). encap_frame does
+// every check and writes everything but the number: the trailer and the outer headers
+// but an IPv4 header's ID and checksum. It takes no number and counts no packet; a
+// failure is counted on the SA and leaves the buffer unchanged. encap_number then writes
+// a number the caller took from OutboundSa::take_sequences (which counted the packet):
+// the SPI, the sequence number, an AEAD's explicit IV, the outer IPv4 ID and checksum.
+DropReason encap_frame(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
+                       PreparedEncap& prepared);
+void encap_number(const OutboundSa& sa, PacketBuffer& packet, PreparedEncap& prepared,
+                  uint64_t sequence, uint16_t ip_id);
 // Encrypts the payload (writing AES-CBC's IV first), writes the ICV and finishes the outer UDP
 // checksum over IPv6. Safe to call concurrently for different packets of one SA.
 void encap_seal(const OutboundSa& sa, PacketBuffer& packet, const PreparedEncap& prepared);

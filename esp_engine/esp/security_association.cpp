@@ -184,6 +184,63 @@ DropReason OutboundSa::take_sequence(uint64_t inner_bytes, uint64_t limit, uint6
   return DropReason::none;
 }
 
+uint64_t OutboundSa::take_sequences(size_t count, const uint64_t* bytes_through, uint64_t limit,
+                                    size_t& taken, DropReason& refused) {
+  const uint64_t last = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
+  taken = 0;
+  refused = DropReason::none;
+  if (count == 0) return 0;
+  serial_sections::Timer timer(serial_sections::Section::sequence, &sequence_lock_);
+  std::lock_guard guard(sequence_lock_);
+  timer.acquired();
+  const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
+  if (next == 0 || next > last) {
+    refused = DropReason::sequence_exhausted;
+    return 0;
+  }
+  if (held_.load(std::memory_order_relaxed)) {
+    refused = DropReason::sa_held;
+    return 0;
+  }
+  // The same bounds as take_sequence, in its order, each allowing numbers through it:
+  // the space, the persisted ceiling, the in-flight limit.
+  const uint64_t ceiling = sequence_ceiling_.load(std::memory_order_relaxed);
+  uint64_t through = next + (count - 1);  // count <= a batch: no overflow below 2^64 - 32
+  if (through < next || through > last) {
+    through = last;
+    refused = DropReason::sequence_exhausted;
+  }
+  if (through > ceiling) {
+    through = ceiling;
+    refused = DropReason::sequence_unreserved;
+    counters_.activity().note();  // wakes the state keeper, as take_sequence does
+  }
+  if (through > limit) {
+    through = limit;
+    refused = DropReason::queue_full;
+  }
+  if (through < next) return 0;
+  taken = static_cast<size_t>(through - next + 1);
+  // Park at 0 instead of wrapping: a wrapped counter would hand out a number twice.
+  next_sequence_.store(through == last ? 0 : through + 1, std::memory_order_relaxed);
+  counters_.count_packets_locked(taken, bytes_through[taken]);
+  return next;
+}
+
+DropReason OutboundSa::sequence_refusal(uint64_t pending, uint64_t limit) {
+  const uint64_t last = config_.esn ? kLastSequenceWithEsn : kLastSequenceWithoutEsn;
+  const uint64_t next = next_sequence_.load(std::memory_order_relaxed);
+  const uint64_t own = next + pending;
+  if (next == 0 || next > last || own < next || own > last) return DropReason::sequence_exhausted;
+  if (held_.load(std::memory_order_relaxed)) return DropReason::sa_held;
+  if (own > sequence_ceiling_.load(std::memory_order_relaxed)) {
+    counters_.activity().note();
+    return DropReason::sequence_unreserved;
+  }
+  if (own > limit) return DropReason::queue_full;
+  return DropReason::none;
+}
+
 void OutboundSa::set_next_sequence(uint64_t next) {
   std::lock_guard guard(sequence_lock_);
   next_sequence_.store(next, std::memory_order_relaxed);

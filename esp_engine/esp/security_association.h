@@ -168,6 +168,17 @@ class OutboundSa {
   // sa_held while the SA is held, with sequence_unreserved beyond the ceiling, and with
   // queue_full if the number would exceed `limit` (the pipeline's in-flight bound).
   DropReason take_sequence(uint64_t inner_bytes, uint64_t limit, uint64_t& sequence);
+  // take_sequence for a batch: under one acquisition of the lock, takes consecutive
+  // numbers for the first `taken` of `count` packets, as many as every bound allows,
+  // counts them (`bytes_through[i]`: the inner bytes of the first i packets, i <= count),
+  // and returns the first number (0 if none). `refused` is why the rest got none (none if
+  // all got one). The numbers are dense: nothing is reserved beyond what is taken.
+  uint64_t take_sequences(size_t count, const uint64_t* bytes_through, uint64_t limit,
+                          size_t& taken, DropReason& refused);
+  // What take_sequence would refuse for a packet that comes after `pending` others not
+  // numbered yet, read without the lock: a submitter's early answer. Only take_sequence
+  // and take_sequences decide; this never takes or counts anything.
+  DropReason sequence_refusal(uint64_t pending, uint64_t limit);
   // Highest sequence number handed out so far.
   uint64_t last_sequence() const;
 
@@ -185,6 +196,10 @@ class OutboundSa {
   uint64_t seal();
   uint16_t next_ip_id() {
     return static_cast<uint16_t>(ip_id_.fetch_add(1, std::memory_order_relaxed));
+  }
+  // The first of `count` consecutive IPv4 IDs (a numbered batch takes them at once).
+  uint16_t next_ip_ids(uint32_t count) {
+    return static_cast<uint16_t>(ip_id_.fetch_add(count, std::memory_order_relaxed));
   }
 
   // Lowers the TFC padding target to `max_inner_length` (the SA's tunnel MTU). Only

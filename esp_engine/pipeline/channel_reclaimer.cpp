@@ -55,8 +55,9 @@ bool ChannelReclaimer::reclaim(PacketPool& pool) {
     }
     bool quiescent = false;
     if (retired.outbound != nullptr) {
-      // Every number it handed out is delivered: no packet points at it any more.
-      quiescent = retired.outbound->in_flight() == 0;
+      // Every number it handed out is delivered, and no reader holds a packet for it
+      // unnumbered (or room for one): no packet points at it any more.
+      quiescent = retired.outbound->committed_in_flight() == 0;
     } else if (retired.inbound->packets_in_crypto() == 0) {
       // Its packets are all staged in the reorder buffer (the count drops under the
       // buffer's lock), and nobody will bring the gaps' packets now: deliver them.

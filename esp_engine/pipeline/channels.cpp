@@ -1,5 +1,6 @@
 #include "pipeline/channels.h"
 
+#include <algorithm>
 #include <mutex>
 
 namespace espgw::pipeline {
@@ -20,6 +21,19 @@ void OutboundChannel::share_budget(std::shared_ptr<InFlightBudget> budget) {
   if (budget_) return;  // already in a group
   budget_ = std::move(budget);
   release_.also_count_delivered(&budget_->in_flight);
+}
+
+uint64_t OutboundChannel::reserve_room(uint64_t want) {
+  // A stale delivered() only understates the room: the bound holds without a lock.
+  const uint64_t limit = release_.delivered() + max_in_flight_;
+  uint64_t committed = committed_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (committed >= limit) return 0;
+    const uint64_t take = std::min(want, limit - committed);
+    if (committed_.compare_exchange_weak(committed, committed + take, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed))
+      return take;
+  }
 }
 
 size_t OutboundChannel::in_flight() const {

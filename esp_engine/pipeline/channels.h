@@ -28,8 +28,26 @@ class OutboundChannel {
   PacketSink& sink() { return sink_; }
   // The sink's shared sink, asked once: process_batch looks at it per channel and batch.
   SharedSink* shared_sink() const { return shared_sink_; }
+  // Packets numbered and not yet delivered.
   size_t in_flight() const;
   size_t max_in_flight() const { return max_in_flight_; }
+  // Room in the in-flight bound that submitters took: packets in flight, packets a
+  // reader's slot holds unnumbered (Pipeline::number_slot) and room reserved there for
+  // more. Never above max_in_flight, and the numbers taken never pass it, so numbering
+  // a reader's batch is never refused for the bound. 0: no packet points at the channel.
+  uint64_t committed_in_flight() const {
+    // delivered() first: it only grows and never passes committed_.
+    const uint64_t delivered = release_.delivered();
+    return committed_.load(std::memory_order_acquire) - delivered;
+  }
+  // Takes up to `want` places in the bound (at least 1): how many it took, 0 if full.
+  uint64_t reserve_room(uint64_t want);
+  // Gives back places reserved and not used (or used by packets that were then refused
+  // a number). After this a caller that holds no reference must not touch the channel:
+  // with nothing in flight, the reclaimer may delete it.
+  void return_room(uint64_t places) {
+    if (places != 0) committed_.fetch_sub(places, std::memory_order_release);
+  }
   // The highest sequence number taken so far; every packet up to it has been delivered
   // once delivered_through() says so (numbers are dense: sealing cannot fail).
   uint64_t last_sequence() const { return sa_->last_sequence(); }
@@ -58,6 +76,9 @@ class OutboundChannel {
   const uint64_t first_sequence_;
   std::shared_ptr<InFlightBudget> budget_;
   std::shared_ptr<void> keep_alive_;
+  // Places taken in the bound, ever, less those given back (committed_in_flight). On a
+  // line of its own: readers write it once per batch, workers never.
+  alignas(64) std::atomic<uint64_t> committed_{0};
   OrderedRelease release_;
 };
 

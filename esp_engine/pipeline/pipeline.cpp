@@ -122,20 +122,27 @@ bool Pipeline::remove_inbound(uint32_t spi) {
 esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
                                           esp::OuterHeaders outer) {
   InFlightBudget* budget = c.budget();
-  uint64_t limit = c.sequence_limit();
+  // A reader's packet waits in its slot framed but unnumbered; the batch is numbered when
+  // it leaves the slot, with one acquisition of the SA's lock per SA (number_slot). Its
+  // place in the SA's in-flight bound is taken here, so that numbering is never refused
+  // for the bound once the submit accepted the packet; the slot reserves places a few at
+  // a time (share.spare) rather than one per packet. Without a slot (a worker's sink
+  // that submits) the number is taken here, as before.
+  SubmitterSlot* slot = numbering_slot();
+  SlotShare share = slot ? share_of(*slot, c) : SlotShare{};
   // The SA or its group has its bound in flight, all of it sure to leave: if the SA has
   // stopped delivering (its workers got no CPU), a reader waits for room rather than drop
   // (outbound_room_wait). Two loads of lines the submit reads anyway; the rest only at the
   // bound.
   if (config_.outbound_room_wait.count() != 0 &&
-      (c.last_sequence() >= limit ||
+      ((share.spare == 0 && c.committed_in_flight() >= c.max_in_flight()) ||
        (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit))) {
     if (!wait_for_room(c)) {
       c.sa().counters().count(esp::DropReason::queue_full);
       pool_.release(packet);
       return esp::DropReason::queue_full;
     }
-    limit = c.sequence_limit();
+    share = slot ? share_of(*slot, c) : SlotShare{};  // the wait completed this thread's batch
   }
   // The place is taken before the check: readers of one group submit at once, and a
   // look followed by an increment let each of them past the bound together (the group
@@ -149,18 +156,41 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
     pool_.release(packet);
     return esp::DropReason::queue_full;
   }
-  const esp::DropReason reason =
-      esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap, limit);
+  esp::DropReason reason = esp::DropReason::none;
+  uint64_t reserved = 0;
+  if (slot) {
+    // The checks take_sequence makes, in its order, as if this thread's unnumbered
+    // packets had their numbers: alone, the submit's answer is what numbering at once
+    // gave. Numbering decides; what it refuses (a bound another thread reached first) it
+    // drops and counts.
+    reason = esp::encap_frame(c.sa(), packet->buffer, outer, packet->encap);  // counts its own
+    if (reason == esp::DropReason::none) {
+      reason = c.sa().sequence_refusal(share.unnumbered, ~uint64_t{0});
+      if (reason == esp::DropReason::none && share.spare == 0 &&
+          (reserved = c.reserve_room(room_to_reserve(*slot, c))) == 0)
+        reason = esp::DropReason::queue_full;
+      if (reason != esp::DropReason::none) c.sa().counters().count(reason);
+    }
+  } else {
+    const uint64_t place = c.reserve_room(1);
+    // Without a place, every other check first and then queue_full, take_sequence's order.
+    reason = esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap,
+                                place != 0 ? c.sequence_limit() : 0);
+    if (reason != esp::DropReason::none) c.return_room(place);
+  }
   if (reason != esp::DropReason::none) {
     if (budget) budget->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    pool_.release(packet);  // counted on the SA by encap_prepare
+    pool_.release(packet);
     return reason;
   }
-  // The place stays taken until the packet's delivery gives it back.
+  // The places stay taken until the packet's delivery gives them back.
   packet->direction = Direction::outbound;
   packet->outer = outer;
   packet->outbound = &c;
-  enqueue(packet);
+  if (slot)
+    add_unnumbered(*slot, packet, c, static_cast<uint32_t>(reserved));
+  else
+    enqueue(packet);
   return esp::DropReason::none;
 }
 

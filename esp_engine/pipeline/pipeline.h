@@ -1,7 +1,8 @@
 // The parallel ESP pipeline: any SA's packets on any worker, each SA's packets released
 // in order.
 //
-//   submit_outbound: sequence number (under the SA's lock) + ESP headers
+//   submit_outbound: checks + headers; a reader's packets are numbered per batch and SA
+//                    (one acquisition of the SA's lock) when the batch leaves its slot
 //                    -> shared lock-free work queue -> any worker seals
 //                    -> the SA's OrderedRelease hands packets to its sink in order
 //   submit_inbound:  SPI lookup + anti-replay pre-check -> shared work queue
@@ -208,11 +209,27 @@ class Pipeline {
   // (a reader, with workers) yet. Only the owner writes `packets` and `count` (a plain
   // store, no locked instruction per packet); idle() and wait_idle() read `count`. A
   // thread that finds every slot taken uses the shared queue instead.
+  //
+  // Outbound packets wait there without a sequence number: the batch is numbered when it
+  // leaves the slot (number_slot), per channel with one acquisition of its SA's lock for
+  // exactly as many numbers as the batch holds for it. The rest is bookkeeping for that,
+  // written by whoever holds the slot's packets (the owner, or wait_idle once the owner
+  // stopped), published with `count`.
   struct alignas(64) SubmitterSlot {
     std::atomic<uint64_t> owner{0};  // the claiming thread's token; 0: free
     std::atomic<uint32_t> count{0};
     std::array<Packet*, kWorkerBatch> packets{};
+    // Each packet's unnumbered channel (an index into `channels`), or kNumbered.
+    std::array<uint8_t, kWorkerBatch> channel_of{};
+    // The channels of unnumbered packets, in order of first sight, how many each has, and
+    // how many places in its in-flight bound the slot reserved for it (at least as many:
+    // OutboundChannel::reserve_room). The reservation also keeps the channel alive.
+    std::array<OutboundChannel*, kWorkerBatch> channels{};
+    std::array<uint8_t, kWorkerBatch> unnumbered{};
+    std::array<uint8_t, kWorkerBatch> reserved{};
+    uint32_t channel_count = 0;
   };
+  static constexpr uint8_t kNumbered = 0xFF;
   static constexpr size_t kSubmitterSlots = 64;
 
   void enqueue(Packet* packet);
@@ -235,8 +252,37 @@ class Pipeline {
   static constexpr std::chrono::milliseconds kStallMemory{50};
   // This thread's slot, claimed on first use when `claim`; nullptr if it has none.
   SubmitterSlot* own_slot(bool claim);
-  // Moves a slot's packets into `batch`, returns how many.
-  static size_t take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch);
+  // Moves a slot's packets into `batch` (numbered), returns how many.
+  size_t take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch);
+  // Numbers the slot's unnumbered outbound packets in place: per channel, one
+  // take_sequences for all of its packets, in the order they were submitted, and gives
+  // back the places it reserved and did not use. Packets the SA refuses a number (held,
+  // ceiling or end of the number space, reached since their submit through another
+  // thread's packets) are dropped, counted on the SA, and leave the slot; no number is
+  // left unused.
+  void number_slot(SubmitterSlot& slot);
+  // The slot an outbound packet of this thread waits in unnumbered, or nullptr (numbered
+  // at submit): a reader's with workers, every submitter's running to completion. The
+  // slot has room for one more packet.
+  SubmitterSlot* numbering_slot();
+  // This thread's unnumbered packets of `channel` in `slot`, and the places reserved for
+  // it there that they do not use yet.
+  struct SlotShare {
+    uint32_t unnumbered = 0;
+    uint32_t spare = 0;
+  };
+  static SlotShare share_of(const SubmitterSlot& slot, const OutboundChannel& channel);
+  // Places to reserve at once in a channel's bound: what the slot can still take, at most
+  // kRoomChunk and a sixteenth of the bound. A reservation a reader does not use is room
+  // other readers are refused until its batch is numbered: small chunks keep that waste
+  // small (64 readers' slots hold at most 64 * 7 unused places), and a 32-packet batch of
+  // one SA still costs 4 reservations where it took 32 numbers one by one.
+  static constexpr uint64_t kRoomChunk = 8;
+  static uint64_t room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel);
+  // An unnumbered packet of `channel` that submit_outbound accepted joins the slot, with
+  // `reserved` more places the submit reserved for the channel; a full batch then goes.
+  void add_unnumbered(SubmitterSlot& slot, Packet* packet, OutboundChannel& channel,
+                      uint32_t reserved);
   // Pushes a slot's packets to the workers as one queue entry; false if it was empty.
   bool hand_over(SubmitterSlot& slot);
   // Links packets into one queue entry and pushes it.

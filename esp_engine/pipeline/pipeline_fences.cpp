@@ -31,6 +31,8 @@ void Pipeline::fence_outbound(std::span<OutboundChannel* const> channels) {
   // The numbers taken so far, this thread's packets among them. Other threads may take
   // more meanwhile; their flows are not this thread's, so their packets need no wait.
   // (A membership change is rare: the allocation does not matter.)
+  // This thread's packets waiting unnumbered in its slot are among them: numbered first.
+  if (SubmitterSlot* slot = own_slot(false)) number_slot(*slot);
   std::vector<uint64_t> targets(channels.size());
   for (size_t i = 0; i < channels.size(); ++i) targets[i] = channels[i]->last_sequence();
   fence([&] {

@@ -18,7 +18,7 @@ bool Pipeline::wait_for_room(OutboundChannel& c) {
   end_read_batch();
   InFlightBudget* budget = c.budget();
   const auto full = [&] {
-    return c.in_flight() >= c.max_in_flight() ||
+    return c.committed_in_flight() >= c.max_in_flight() ||
            (budget && budget->in_flight.load(std::memory_order_relaxed) >= budget->limit);
   };
   // The SA this thread last found stalled, and when: right after a stall the workers

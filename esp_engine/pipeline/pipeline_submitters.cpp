@@ -55,6 +55,7 @@ void Pipeline::register_reader() {
 }
 
 bool Pipeline::hand_over(SubmitterSlot& slot) {
+  number_slot(slot);
   const uint32_t count = slot.count.load(std::memory_order_acquire);
   if (count == 0) return false;
   push_batch(slot.packets.data(), count);
@@ -65,6 +66,7 @@ bool Pipeline::hand_over(SubmitterSlot& slot) {
 }
 
 size_t Pipeline::take_slot(SubmitterSlot& slot, std::array<Packet*, kWorkerBatch>& batch) {
+  number_slot(slot);
   const uint32_t count = slot.count.load(std::memory_order_acquire);
   std::copy_n(slot.packets.begin(), count, batch.begin());
   // After the caller announced itself in assisting_: idle() that sees the slot empty also
@@ -91,6 +93,7 @@ void Pipeline::enqueue(Packet* packet) {
       if (count == kWorkerBatch && hand_over(*slot)) count = 0;
       if (count < kWorkerBatch) {
         slot->packets[count] = packet;
+        slot->channel_of[count] = kNumbered;
         slot->count.store(count + 1, std::memory_order_release);
         if (count + 1 == kWorkerBatch) process_queued(false);
         return;
@@ -106,6 +109,7 @@ void Pipeline::enqueue(Packet* packet) {
   if (SubmitterSlot* slot = own_slot(false)) {
     const uint32_t count = slot->count.load(std::memory_order_relaxed);
     slot->packets[count] = packet;
+    slot->channel_of[count] = kNumbered;
     slot->count.store(count + 1, std::memory_order_release);
     if (count + 1 == kWorkerBatch) hand_over(*slot);
     return;
