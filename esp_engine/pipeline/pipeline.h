@@ -64,7 +64,8 @@ struct PipelineConfig {
   // calls end_read_batch() (and whenever a batch's worth waits), run to completion as
   // VPP does. Where a gateway has about one free core, handing every packet to a worker
   // only adds wake-ups and context switches; ordering is unchanged (sequence numbers
-  // are still taken at submit, and the reorder buffers still release in order).
+  // are taken in submit order when the batch is processed, and the reorder buffers still
+  // release in order).
   // A submitting thread's packets wait in a batch of its own, not in the shared queue.
   bool run_to_completion = false;
   // The longest a reader waits in fence_outbound() for a channel's packets in flight.
