@@ -85,8 +85,11 @@ void Pipeline::number_slot(SubmitterSlot& slot) {
       bytes_through[j + 1] = bytes_through[j] + slot.packets[mine[j]]->encap.inner_length;
     size_t taken = 0;
     esp::DropReason refused = esp::DropReason::none;
-    const uint64_t first =
-        sa.take_sequences(n, bytes_through.data(), channel.sequence_limit(), taken, refused);
+    // No in-flight limit here: the submits reserved these packets' places, so the numbers
+    // stay within delivered + max_in_flight (the release ring's size) without one. A
+    // limit read now could also be stale: another reader may have reserved against a
+    // later delivered count and numbered first.
+    const uint64_t first = sa.take_sequences(n, bytes_through.data(), ~uint64_t{0}, taken, refused);
     uint32_t ipv4 = 0;
     for (size_t j = 0; j < taken; ++j) ipv4 += slot.packets[mine[j]]->encap.outer_ipv4 ? 1 : 0;
     uint16_t ip_id = ipv4 != 0 ? sa.next_ip_ids(ipv4) : 0;
