@@ -35,7 +35,6 @@ SHARED4 = "pipeline/sas:4/inline_threads:2/process_time/real_time"
 OWN4 = "pipeline/sas:4/inline_threads:2/reader_per_sa/process_time/real_time"
 SECTIONS = ["sequence", "replay_commit", "release_lock", "delivery"]
 CORES = [1, 2, 4, 8, 16, 32, 64]
-BATCH = 32  # Pipeline::kWorkerBatch: a per-batch section is entered once per 32 packets
 
 
 def medians(path):
@@ -85,10 +84,9 @@ def main():
         serial = hold + entry_total * (n - 1) / n * transfer
         return t1 / (serial + (t1 - hold) / n)
 
+    # The sequence number is taken once per reader batch and SA (Pipeline::number_slot):
+    # the measured entries already say so.
     today = {n: speedup(n, sum(entries.values())) for n in CORES}
-    # What-if: the sequence number taken once per batch instead of once per packet.
-    batched = dict(entries, sequence=entries["sequence"] / BATCH)
-    per_batch = {n: speedup(n, sum(batched.values())) for n in CORES}
     # Workers behind one reader: the reader alone takes the sequence numbers (no hand-over);
     # the per-batch sections pass among the N-1 workers.
     def workers_bound(n):
@@ -106,7 +104,7 @@ def main():
         overtake = next((n for n in range(2, 257) if t1_run / workers_bound(n) > 1.0), None)
     model = {"t1_cpu_ns": t1, "hold_ns": hold, "entries_per_packet": entries,
              "transfer_ns": transfer, "ratios": ratios, "raw_two_thread_speedup": raw_speedup,
-             "speedup_one_sa": today, "speedup_one_sa_sequence_per_batch": per_batch,
+             "speedup_one_sa": today,
              "speedup_workers_one_reader": workers, "workers_overtake_inline_at_cores": overtake}
     with open(out_json, "w") as f:
         json.dump(model, f, indent=2)
@@ -116,7 +114,6 @@ def main():
           f"per packet, transfer {transfer:.0f} ns")
     print("cores        " + " ".join(f"{n:6d}" for n in CORES))
     print("one SA       " + " ".join(f"{today[n]:6.2f}" for n in CORES))
-    print("seq / batch  " + " ".join(f"{per_batch[n]:6.2f}" for n in CORES))
     if workers:
         print("workers      " + "       " + " ".join(f"{workers[n]:6.2f}" for n in CORES[1:]))
     print(f"workers overtake inline (one tunnel, one reader) at {overtake} cores")
@@ -135,8 +132,6 @@ def main():
                        label="Linux pcrypt, one SA: 1 -> 4.5-5 Gbit/s")
     right.plot(CORES, [today[n] for n in CORES], "o-", color="#1565c0",
                label="espgw, one SA shared (model from measured sections)")
-    right.plot(CORES, [per_batch[n] for n in CORES], "s--", color="#64b5f6",
-               label="model: sequence numbers taken per batch")
     if workers:
         right.plot(CORES[1:], [workers[n] for n in CORES[1:]], "^-", color="#5e35b1",
                    label="espgw, one reader + N-1 workers (model)")

@@ -36,8 +36,8 @@ struct PreparedEncap {
 // The buffer must hold exactly one IPv4 or IPv6 packet. On success it holds the headers
 // and trailer around the (still plaintext) payload, and the packet is counted (sealing
 // cannot fail). On failure the reason is counted on the SA and the buffer is unchanged.
-// `sequence_limit` bounds the number taken (queue_full beyond it): the pipeline's way of
-// bounding packets in flight per SA without a lock of its own.
+// `sequence_limit` bounds the number taken (queue_full beyond it, after every other
+// check): the pipeline passes 0 when the SA's in-flight bound has no place left.
 DropReason encap_prepare(OutboundSa& sa, PacketBuffer& packet, OuterHeaders outer,
                          PreparedEncap& prepared, uint64_t sequence_limit = ~uint64_t{0});
 // encap_prepare in two steps, for a pipeline that numbers a reader's batch at once (one

@@ -54,10 +54,6 @@ class OutboundChannel {
   bool delivered_through(uint64_t sequence) const {
     return first_sequence_ + release_.delivered() > sequence;
   }
-  // Highest sequence number a new packet may take without exceeding max_in_flight.
-  uint64_t sequence_limit() const {
-    return first_sequence_ + release_.delivered() + max_in_flight_ - 1;
-  }
   OrderedRelease& release() { return release_; }
   // Makes the channel count its packets in flight against `budget` too (its SA group's,
   // sa_group.h). Call before the channel carries packets, and at most once.

@@ -167,15 +167,17 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
     if (reason == esp::DropReason::none) {
       reason = c.sa().sequence_refusal(share.unnumbered, ~uint64_t{0});
       if (reason == esp::DropReason::none && share.spare == 0 &&
-          (reserved = c.reserve_room(room_to_reserve(*slot, c))) == 0)
+          (reserved = c.reserve_room(room_to_reserve(*slot, c, share))) == 0)
         reason = esp::DropReason::queue_full;
       if (reason != esp::DropReason::none) c.sa().counters().count(reason);
     }
   } else {
+    // The place reserved is the bound (a limit read now could be stale, as in
+    // number_slot). Without one: every other check first, then queue_full, in
+    // take_sequence's order.
     const uint64_t place = c.reserve_room(1);
-    // Without a place, every other check first and then queue_full, take_sequence's order.
     reason = esp::encap_prepare(c.sa(), packet->buffer, outer, packet->encap,
-                                place != 0 ? c.sequence_limit() : 0);
+                                place != 0 ? ~uint64_t{0} : 0);
     if (reason != esp::DropReason::none) c.return_room(place);
   }
   if (reason != esp::DropReason::none) {

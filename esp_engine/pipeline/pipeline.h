@@ -273,13 +273,16 @@ class Pipeline {
     uint32_t spare = 0;
   };
   static SlotShare share_of(const SubmitterSlot& slot, const OutboundChannel& channel);
-  // Places to reserve at once in a channel's bound: what the slot can still take, at most
-  // kRoomChunk and a sixteenth of the bound. A reservation a reader does not use is room
-  // other readers are refused until its batch is numbered: small chunks keep that waste
-  // small (64 readers' slots hold at most 64 * 7 unused places), and a 32-packet batch of
-  // one SA still costs 4 reservations where it took 32 numbers one by one.
+  // Places to reserve at once in a channel's bound: one for the batch's first packet of
+  // the channel (with many SAs a batch holds one packet per SA: nothing to give back),
+  // then what the slot can still take, at most kRoomChunk and a sixteenth of the bound.
+  // A reservation a reader does not use is room other readers are refused until its
+  // batch is numbered: small chunks keep that waste small (64 readers' slots hold at
+  // most 64 * 7 unused places), and a 32-packet batch of one SA still costs 5
+  // reservations where it took 32 numbers one by one.
   static constexpr uint64_t kRoomChunk = 8;
-  static uint64_t room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel);
+  static uint64_t room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel,
+                                  const SlotShare& share);
   // An unnumbered packet of `channel` that submit_outbound accepted joins the slot, with
   // `reserved` more places the submit reserved for the channel; a full batch then goes.
   void add_unnumbered(SubmitterSlot& slot, Packet* packet, OutboundChannel& channel,

@@ -31,10 +31,12 @@ Pipeline::SlotShare Pipeline::share_of(const SubmitterSlot& slot, const Outbound
   return {};
 }
 
-uint64_t Pipeline::room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel) {
+uint64_t Pipeline::room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel,
+                                   const SlotShare& share) {
+  if (share.unnumbered == 0) return 1;
   const uint64_t space = kWorkerBatch - slot.count.load(std::memory_order_relaxed);
-  const uint64_t share = std::max<uint64_t>(1, channel.max_in_flight() / 16);
-  return std::min({space, share, kRoomChunk});
+  const uint64_t sixteenth = std::max<uint64_t>(1, channel.max_in_flight() / 16);
+  return std::min({space, sixteenth, kRoomChunk});
 }
 
 void Pipeline::add_unnumbered(SubmitterSlot& slot, Packet* packet, OutboundChannel& channel,
