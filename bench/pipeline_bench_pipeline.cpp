@@ -313,13 +313,14 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
       const auto flow = packet::flow_key(packet->buffer.bytes());
       pl::OutboundChannel* channel = group_of(feeder.index).pick_for_packet(*flow, kFlowSeed);
       // Per-SA backpressure: wait rather than have the packet dropped as queue-full (with
-      // several feeders one may still be; it is counted like any drop).
-      if (channel->in_flight() >= channel->max_in_flight()) {
+      // several feeders one may still be; it is counted like any drop). The bound counts
+      // the packets readers hold unnumbered and the places they reserved.
+      if (channel->committed_in_flight() >= channel->max_in_flight()) {
         const auto t0 = wait_start();
         do {
           pipeline.end_read_batch();
           std::this_thread::yield();
-        } while (channel->in_flight() >= channel->max_in_flight());
+        } while (channel->committed_in_flight() >= channel->max_in_flight());
         feeder.wait_ns += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(wait_start() - t0).count());
       }
