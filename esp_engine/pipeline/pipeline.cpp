@@ -190,7 +190,7 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
   packet->outer = outer;
   packet->outbound = &c;
   if (slot)
-    add_unnumbered(*slot, packet, c, static_cast<uint32_t>(reserved));
+    add_unnumbered(*slot, packet, c, share, static_cast<uint32_t>(reserved));
   else
     enqueue(packet);
   return esp::DropReason::none;

@@ -271,6 +271,7 @@ class Pipeline {
   struct SlotShare {
     uint32_t unnumbered = 0;
     uint32_t spare = 0;
+    uint32_t index = 0;  // the channel's entry in the slot; channel_count when it has none
   };
   static SlotShare share_of(const SubmitterSlot& slot, const OutboundChannel& channel);
   // Places to reserve at once in a channel's bound: one for the batch's first packet of
@@ -285,8 +286,9 @@ class Pipeline {
                                   const SlotShare& share);
   // An unnumbered packet of `channel` that submit_outbound accepted joins the slot, with
   // `reserved` more places the submit reserved for the channel; a full batch then goes.
+  // `share` is share_of's answer for the slot as it still is (its index saves a search).
   void add_unnumbered(SubmitterSlot& slot, Packet* packet, OutboundChannel& channel,
-                      uint32_t reserved);
+                      const SlotShare& share, uint32_t reserved);
   // Pushes a slot's packets to the workers as one queue entry; false if it was empty.
   bool hand_over(SubmitterSlot& slot);
   // Links packets into one queue entry and pushes it.

@@ -6,6 +6,7 @@
 // and the numbers stay dense: nothing is reserved that a packet does not use.
 #include <algorithm>
 #include <array>
+#include <cassert>
 
 #include "esp/encap.h"
 #include "pipeline/pipeline.h"
@@ -27,8 +28,8 @@ Pipeline::SubmitterSlot* Pipeline::numbering_slot() {
 Pipeline::SlotShare Pipeline::share_of(const SubmitterSlot& slot, const OutboundChannel& channel) {
   for (uint32_t g = 0; g < slot.channel_count; ++g)
     if (slot.channels[g] == &channel)
-      return {slot.unnumbered[g], uint32_t{slot.reserved[g]} - slot.unnumbered[g]};
-  return {};
+      return {slot.unnumbered[g], uint32_t{slot.reserved[g]} - slot.unnumbered[g], g};
+  return {0, 0, slot.channel_count};
 }
 
 uint64_t Pipeline::room_to_reserve(const SubmitterSlot& slot, const OutboundChannel& channel,
@@ -40,10 +41,10 @@ uint64_t Pipeline::room_to_reserve(const SubmitterSlot& slot, const OutboundChan
 }
 
 void Pipeline::add_unnumbered(SubmitterSlot& slot, Packet* packet, OutboundChannel& channel,
-                              uint32_t reserved) {
+                              const SlotShare& share, uint32_t reserved) {
   const uint32_t count = slot.count.load(std::memory_order_relaxed);
-  uint32_t g = 0;
-  while (g < slot.channel_count && slot.channels[g] != &channel) ++g;
+  const uint32_t g = share.index;
+  assert(g == slot.channel_count || slot.channels[g] == &channel);
   if (g == slot.channel_count) {
     slot.channels[g] = &channel;
     slot.unnumbered[g] = 0;
