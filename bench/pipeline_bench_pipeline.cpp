@@ -336,9 +336,12 @@ void pipeline_bench(benchmark::State& state, uint32_t sas, unsigned workers, uns
   };
 
   // The other feeders run an iteration's batches between two barriers, in step with the
-  // benchmark thread (feeder 0). Several batches per iteration keep the barriers' cost
-  // small next to the work.
-  const size_t batches_per_iteration = feeders == 1 ? 1 : 16;
+  // benchmark thread (feeder 0). Many batches per iteration keep the barriers' cost small
+  // next to the work: at a barrier every feeder waits for the slowest, so on a shared host
+  // one feeder descheduled for a moment stalls the others too, which raw ipsec-mb's
+  // threads (no barrier within a run) never pay. 16 batches cost two feeders on SAs of
+  // their own about a sixth of their speed-up (bench/results/sharing_step_experiment.txt).
+  const size_t batches_per_iteration = feeders == 1 ? 1 : 512;
   std::barrier<> step(static_cast<std::ptrdiff_t>(feeders));
   std::atomic<bool> stop{false};
   std::vector<std::thread> helpers;
