@@ -10,9 +10,11 @@
 //   espgw_control_install_bench SOCKET CHILD_SAS [ESPGW_PID]
 //
 // Prints one JSON object. With ESPGW_PID, also espgw's resident memory before, with all
-// SAs installed, right after they were removed, and 2.5 s later (idle). With CONTROL_BENCH_HOOK
-// set, runs that command with the argument "before", "installed" or "removed" at each of those
-// points (say, to read espgw's heap statistics), outside the timed phases.
+// SAs installed (right after the last answer, and 2.5 s later, idle: after the firewall
+// sync and the heap trim that follow a burst), right after they were removed, and 2.5 s
+// later (idle). With CONTROL_BENCH_HOOK set, runs that command with the argument "before",
+// "installed" (after the idle reading) or "removed" at each of those points (say, to read
+// espgw's heap statistics), outside the timed phases.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -134,6 +136,10 @@ int main(int argc, char** argv) {
     const auto stats = checked(client, "stats", {});
     const uint64_t sas = stats.number("sas").value_or(0);
     const long rss_installed = rss_kib(pid);
+    // Steady state: espgw syncs the firewall within 100 ms and returns freed heap once
+    // installs have stopped for a second (HeapTrimmer).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const long rss_installed_idle = rss_kib(pid);
     run_hook("installed");
 
     // espgwctl's listing at this size: one list-sa event per SA ahead of the answer.
@@ -165,12 +171,14 @@ int main(int argc, char** argv) {
         "%llu, \"requests_per_child_sa\": 6, \"install_seconds\": %.3f, "
         "\"install_rate_sas_per_second\": %.1f, \"remove_seconds\": %.3f, "
         "\"remove_rate_sas_per_second\": %.1f, \"rss_kib_before\": %ld, \"rss_kib_installed\": "
-        "%ld, \"rss_kib_after_removal\": %ld, \"rss_kib_idle_after_removal\": %ld, "
-        "\"bytes_per_sa\": %.1f, \"listed_sas\": %llu, \"list_seconds\": %.3f}\n",
+        "%ld, \"rss_kib_installed_idle\": %ld, \"rss_kib_after_removal\": %ld, "
+        "\"rss_kib_idle_after_removal\": %ld, \"bytes_per_sa\": %.1f, \"bytes_per_sa_idle\": "
+        "%.1f, \"listed_sas\": %llu, \"list_seconds\": %.3f}\n",
         children, static_cast<unsigned long long>(sas), static_cast<unsigned long long>(left),
         install_seconds, total / install_seconds, remove_seconds, total / remove_seconds,
-        rss_before, rss_installed, rss_after, rss_idle,
+        rss_before, rss_installed, rss_installed_idle, rss_after, rss_idle,
         rss_before >= 0 ? (rss_installed - rss_before) * 1024.0 / total : -1.0,
+        rss_before >= 0 ? (rss_installed_idle - rss_before) * 1024.0 / total : -1.0,
         static_cast<unsigned long long>(listed), list_seconds);
     return sas == total && listed == sas && left == 0 ? 0 : 1;
   } catch (const std::exception& error) {

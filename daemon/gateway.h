@@ -84,6 +84,8 @@ class Gateway {
   bool sync_kernel_firewall();
   // How many SAs were removed or replaced since the start (no lock: for the heap trimmer).
   uint64_t sas_retired() const { return sas_->retired_count(); }
+  // How many SAs were installed or replaced since the start (the same).
+  uint64_t sas_installed() const { return sas_->installed_count(); }
 
   // --- The control path (charon through the control socket; docs/strongswan.md). ---
   // charon's SAs and policies, one change at a time. A change touches only what it names:

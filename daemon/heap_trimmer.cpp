@@ -33,15 +33,19 @@ void trim_and_log() {
 HeapTrimmer::HeapTrimmer(Options options, std::function<void()> trim)
     : options_(options), trim_(trim ? std::move(trim) : std::function<void()>(trim_and_log)) {}
 
-bool HeapTrimmer::poll(uint64_t removed_total, Clock::time_point now) {
-  if (removed_total != removed_seen_) {
+bool HeapTrimmer::poll(uint64_t removed_total, uint64_t installed_total, Clock::time_point now) {
+  if (removed_total != removed_seen_ || installed_total != installed_seen_) {
     removed_seen_ = removed_total;
-    last_removal_ = now;
+    installed_seen_ = installed_total;
+    last_change_ = now;
     return false;
   }
-  if (removed_total - removed_at_trim_ < options_.min_removed) return false;
-  if (now - last_removal_ < options_.quiet) return false;
+  if (removed_total - removed_at_trim_ < options_.min_removed &&
+      installed_total - installed_at_trim_ < options_.min_installed)
+    return false;
+  if (now - last_change_ < options_.quiet) return false;
   removed_at_trim_ = removed_total;
+  installed_at_trim_ = installed_total;
   trim_();
   return true;
 }

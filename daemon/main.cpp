@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
                                   : "forwarding; static SAs");
     auto interval = gateway.stats_interval();
     auto next_stats = std::chrono::steady_clock::now() + interval;
-    // After charon removed many SAs, what glibc kept of their memory goes back.
+    // After charon removed or installed many SAs, what glibc kept of the memory freed on the
+    // way goes back.
     HeapTrimmer heap_trimmer({});
     for (;;) {
       // Lifetimes are checked on every wake-up: at most 100 ms of traffic passes an SA's
@@ -151,7 +152,8 @@ int main(int argc, char** argv) {
       if (signal == SIGUSR1) gateway.log_counters();
       gateway.enforce_lifetimes();
       gateway.sync_kernel_firewall();  // the policies' nft rules, when they changed
-      heap_trimmer.poll(gateway.sas_retired(), std::chrono::steady_clock::now());
+      heap_trimmer.poll(gateway.sas_retired(), gateway.sas_installed(),
+                        std::chrono::steady_clock::now());
       if (const auto now_interval = gateway.stats_interval(); now_interval != interval) {
         interval = now_interval;  // a reload changed it: the next log is one interval away
         next_stats = std::chrono::steady_clock::now() + interval;

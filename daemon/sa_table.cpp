@@ -117,6 +117,7 @@ bool SaTable::install_outbound(const xfrm::SadEntry& entry, bool from_charon,
   group(entry.reqid)->set_member(group_slot(entry), fresh->channel);
   outbound_slots_.add(entry.reqid, group_slot(entry), fresh.get());
   outbound_.emplace(key, std::move(fresh));
+  installed_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -169,6 +170,7 @@ bool SaTable::install_inbound(const xfrm::SadEntry& entry, bool from_charon,
       entry.config.tunnel_source.to_string().c_str());
   if (entry.group_slot != 0) inbound_slots_.add(entry.reqid, entry.group_slot, fresh.get());
   inbound_.emplace(key, std::move(fresh));
+  installed_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -121,6 +121,8 @@ class SaTable {
   void recount_mtus();
   // How many SAs have been removed or replaced so far (only grows; any thread may read it).
   uint64_t retired_count() const { return retired_.load(std::memory_order_relaxed); }
+  // How many SAs have been installed (a replacement counts too) so far, the same way.
+  uint64_t installed_count() const { return installed_.load(std::memory_order_relaxed); }
 
   // One of charon's SAs that reached a lifetime, for the gateway to tell charon.
   struct Expiry {
@@ -165,6 +167,7 @@ class SaTable {
   SaSlotIndex<OutboundEntry> outbound_slots_;
   SaSlotIndex<InboundEntry> inbound_slots_;
   std::atomic<uint64_t> retired_{0};
+  std::atomic<uint64_t> installed_{0};
 };
 
 }  // namespace espgw::daemon
