@@ -267,10 +267,12 @@ vici::Message ControlService::add_policy(const Message& request) {
   auto& entry = policies_[policy.key];
   // A second CHILD_SA with the same selectors shares the policy: count it, and let the
   // newest installation's action and reqid win, as kernel-netlink does.
-  policy.policy.id = entry.references ? entry.policy.id : next_policy_id_++;
-  entry.policy = policy.policy;
+  policy.policy.id = entry.references ? entry.id : next_policy_id_++;
+  entry.id = policy.policy.id;
+  entry.reqid = policy.policy.reqid;
+  entry.direction = policy.policy.direction;
   ++entry.references;
-  gateway_.add_dynamic_policy(entry.policy);
+  gateway_.add_dynamic_policy(policy.policy);
   return success();
 }
 
@@ -281,7 +283,7 @@ vici::Message ControlService::del_policy(const Message& request) {
   auto entry = policies_.find(std::get<PolicyRequest>(parsed).key);
   if (entry == policies_.end()) return failure("not found");
   if (--entry->second.references == 0) {
-    gateway_.remove_dynamic_policy(entry->second.policy.id);
+    gateway_.remove_dynamic_policy(entry->second.id);
     policies_.erase(entry);
   }
   return success();
@@ -290,12 +292,12 @@ vici::Message ControlService::del_policy(const Message& request) {
 vici::Message ControlService::query_policy(const Message& request) {
   auto parsed = policy_from(request, false);
   if (auto* error = std::get_if<std::string>(&parsed)) return failure(*error);
-  xfrm::Policy policy;
+  PolicyEntry policy;
   {
     std::lock_guard lock(mutex_);
     auto entry = policies_.find(std::get<PolicyRequest>(parsed).key);
     if (entry == policies_.end()) return failure("not found");
-    policy = entry->second.policy;
+    policy = entry->second;
   }
   Message response = success();
   // A policy is used when its SAs are: the freshest SA of its group and direction.

@@ -94,8 +94,12 @@ class ControlService {
 
   std::mutex mutex_;  // the state below; handlers run on the server thread, expiry elsewhere
   std::string charon_instance_;
+  // What del-policy and query-policy need of a policy; the policy itself is kept by the
+  // gateway's SPD (a copy here cost about 70 bytes per SA at 10,000 SAs).
   struct PolicyEntry {
-    xfrm::Policy policy;
+    uint32_t id = 0;
+    uint32_t reqid = 0;
+    xfrm::Direction direction = xfrm::Direction::out;
     unsigned references = 0;
   };
   std::map<std::string, PolicyEntry> policies_;

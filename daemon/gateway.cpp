@@ -387,9 +387,15 @@ bool Gateway::reload() {
   return true;
 }
 
+std::optional<xfrm::Policy> Gateway::installed_policy_locked(
+    uint32_t id, const InstalledPolicy& installed) const {
+  if (installed.if_id != 0) return interfaces_->find_policy(installed.if_id, id);
+  return outbound_lookup_.load()->spd->find(id);
+}
+
 void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon) {
   if (auto existing = policies_.find(policy.id); existing != policies_.end()) {
-    if (existing->second.policy == policy) {
+    if (installed_policy_locked(policy.id, existing->second) == policy) {
       existing->second.from_charon = from_charon;
       return;
     }
@@ -400,7 +406,7 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
     // the interface is the operator's routing, as with XFRM interfaces, and a 0.0.0.0/0
     // rule would catch every other packet of the host.
     if (interfaces_->add_policy(policy))
-      policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
+      policies_.emplace(policy.id, InstalledPolicy{policy.if_id, from_charon});
     return;
   }
   // The SPD learns the policy before its route exists: whatever the route brings in
@@ -409,22 +415,22 @@ void Gateway::install_policy_locked(const xfrm::Policy& policy, bool from_charon
   // Every policy is a rule of the firewall, in the order the SPD was given them.
   firewall_changes_.push_back({xfrm::FirewallChange::Kind::add_policy, policy, {}});
   routes_->add_policy(policy);
-  policies_.emplace(policy.id, InstalledPolicy{policy, from_charon});
+  policies_.emplace(policy.id, InstalledPolicy{0, from_charon});
 }
 
 bool Gateway::remove_policy_locked(uint32_t id) {
   auto existing = policies_.find(id);
   if (existing == policies_.end()) return false;
-  if (existing->second.policy.if_id != 0) {
-    interfaces_->remove_policy(existing->second.policy);
-    policies_.erase(existing);
+  const auto policy = installed_policy_locked(id, existing->second);
+  policies_.erase(existing);
+  if (!policy) return true;  // its SPD refused it (or its interface is gone): nothing to undo
+  if (policy->if_id != 0) {
+    interfaces_->remove_policy(*policy);
     return true;
   }
-  firewall_changes_.push_back(
-      {xfrm::FirewallChange::Kind::remove_policy, existing->second.policy, {}});
-  routes_->drop_policy(existing->second.policy);
+  firewall_changes_.push_back({xfrm::FirewallChange::Kind::remove_policy, *policy, {}});
+  routes_->drop_policy(*policy);
   outbound_lookup_.load()->spd->remove(id);
-  policies_.erase(existing);
   return true;
 }
 

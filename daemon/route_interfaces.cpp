@@ -69,6 +69,11 @@ void RouteInterfaces::remove_policy(const xfrm::Policy& policy) {
   if (auto* device = find(policy.if_id)) device->spd->remove(policy.id);
 }
 
+std::optional<xfrm::Policy> RouteInterfaces::find_policy(uint32_t if_id, uint32_t id) const {
+  const auto* device = find(if_id);
+  return device ? device->spd->find(id) : std::nullopt;
+}
+
 RouteInterfaceDevice* RouteInterfaces::find(uint32_t if_id) {
   const auto found = devices_.find(if_id);
   return found == devices_.end() ? nullptr : &found->second;

@@ -73,6 +73,8 @@ class RouteInterfaces {
   // (logged) for an id no interface has; the control service refuses those first.
   bool add_policy(const xfrm::Policy& policy);
   void remove_policy(const xfrm::Policy& policy);
+  // The policy of that id in the SPD of interface `if_id`; nullopt if none.
+  std::optional<xfrm::Policy> find_policy(uint32_t if_id, uint32_t id) const;
 
   // The interface of `if_id`; nullptr for 0 and for an id espgw.conf does not name.
   RouteInterfaceDevice* find(uint32_t if_id);

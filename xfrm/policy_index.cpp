@@ -196,6 +196,11 @@ const Policy* PolicyIndex::find(Direction direction, const packet::FlowKey& orie
   return best ? &best->policy : nullptr;
 }
 
+const Policy* PolicyIndex::find(uint32_t id) const {
+  const auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second.policy;
+}
+
 std::vector<Policy> PolicyIndex::list() const {
   std::vector<const Entry*> sorted;
   sorted.reserve(entries_.size());

@@ -47,6 +47,8 @@ class PolicyIndex {
   // The winning policy for `oriented` (local -> remote, as Selector::matches takes it), or
   // nullptr. Valid until the next add or remove.
   const Policy* find(Direction direction, const packet::FlowKey& oriented) const;
+  // The policy of that id, or nullptr. Valid until the next add or remove.
+  const Policy* find(uint32_t id) const;
   // Every policy, direction by direction (out, in, fwd), each in lookup order.
   std::vector<Policy> list() const;
   size_t size() const { return entries_.size(); }

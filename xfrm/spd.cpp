@@ -50,6 +50,12 @@ std::optional<Policy> Spd::lookup(Direction direction, const packet::FlowKey& ke
   return answer;
 }
 
+std::optional<Policy> Spd::find(uint32_t id) const {
+  std::shared_lock lock(mutex_);
+  const Policy* found = index_.find(id);
+  return found ? std::optional<Policy>(*found) : std::nullopt;
+}
+
 std::vector<Policy> Spd::list() const {
   std::shared_lock lock(mutex_);
   return index_.list();

@@ -38,6 +38,10 @@ class Spd {
   // one added first. nullopt when nothing matches.
   std::optional<Policy> lookup(Direction direction, const packet::FlowKey& key) const;
 
+  // The policy of that id, nullopt if none. The SPD is where a policy is kept: whoever
+  // installed it keeps its id.
+  std::optional<Policy> find(uint32_t id) const;
+
   // Every policy, direction by direction (out, in, fwd), each in the order lookup tries them.
   std::vector<Policy> list() const;
   size_t size() const;

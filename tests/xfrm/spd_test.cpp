@@ -52,6 +52,20 @@ TEST(Spd, LowestPriorityValueWins) {
   EXPECT_EQ(found->action, PolicyAction::bypass);
 }
 
+TEST(Spd, FindsAPolicyByIdUntilItIsRemoved) {
+  Spd spd;
+  const Policy fwd =
+      policy(7, "10.1.0.0/16", "10.2.0.0/16", 100, PolicyAction::protect, Direction::fwd);
+  ASSERT_TRUE(spd.add(policy(1, "0.0.0.0/0", "0.0.0.0/0", 50, PolicyAction::bypass)));
+  ASSERT_TRUE(spd.add(fwd));
+  EXPECT_EQ(spd.find(7), fwd);
+  EXPECT_EQ(spd.find(1)->action, PolicyAction::bypass);
+  EXPECT_FALSE(spd.find(2));
+  ASSERT_TRUE(spd.remove(7));
+  EXPECT_FALSE(spd.find(7));
+  EXPECT_TRUE(spd.find(1));
+}
+
 TEST(Spd, EqualPrioritiesPreferTheMoreSpecificSelector) {
   Spd spd;
   ASSERT_TRUE(spd.add(policy(1, "10.0.0.0/8", "10.0.0.0/8")));
