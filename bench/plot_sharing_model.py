@@ -5,8 +5,10 @@ Usage: plot_sharing_model.py SHARING_JSON SERIAL_JSON OUT_PNG OUT_MODEL_JSON [--
 
 Reads the two Google Benchmark JSON files bench/sharing_bench.sh writes (medians of
 interleaved repetitions). The model (docs/performance.md, "One SA over many cores"):
-the one-reader case's serial sections give the hold time per packet (hold) and the
-section entries per packet (entries); with N cores interleaving on one SA each entry is
+the serial sections of two readers sharing one SA give the hold time per packet (hold)
+and the section entries per packet (entries), as threads that share an SA take its
+numbers (per batch; a sole submitter takes them per packet, on lines no other core
+touches); one reader's CPU time per packet is T1. With N cores interleaving on one SA each entry is
 another core's with probability (N-1)/N and then moves the section's cache line once
 (transfer), so
     s(N) = hold + entries * (N-1)/N * transfer
@@ -75,17 +77,19 @@ def main():
     if transfer is None:
         # The fastest chunk of round trips: the median includes descheduled threads.
         transfer = s[HANDOFF].get("fastest_ns", s[HANDOFF]["real_time"]) / 2 if HANDOFF in s else 0.0
-    one = s[INLINE]
-    hold = sum(one.get(f"serial_{x}_hold_ns", 0) for x in SECTIONS)
-    entries = {x: one.get(f"serial_{x}_entries", 0) for x in SECTIONS}
-    t1 = one["cpu_ns_per_packet"]
+    # The hold of the shared run also holds the line transfers inside the sections, which
+    # the model adds again per entry: it errs on the slow side.
+    shared = s[SHARED1]
+    hold = sum(shared.get(f"serial_{x}_hold_ns", 0) for x in SECTIONS)
+    entries = {x: shared.get(f"serial_{x}_entries", 0) for x in SECTIONS}
+    t1 = s[INLINE]["cpu_ns_per_packet"]
 
     def speedup(n, entry_total):
         serial = hold + entry_total * (n - 1) / n * transfer
         return t1 / (serial + (t1 - hold) / n)
 
-    # The sequence number is taken once per reader batch and SA (Pipeline::number_slot):
-    # the measured entries already say so.
+    # Shared, the sequence number is taken once per reader batch and SA
+    # (Pipeline::number_slot): the measured entries already say so.
     today = {n: speedup(n, sum(entries.values())) for n in CORES}
     # Workers behind one reader: the reader alone takes the sequence numbers (no hand-over);
     # the per-batch sections pass among the N-1 workers.

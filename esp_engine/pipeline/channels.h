@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -59,9 +60,28 @@ class OutboundChannel {
   // sa_group.h). Call before the channel carries packets, and at most once.
   void share_budget(std::shared_ptr<InFlightBudget> budget);
   InFlightBudget* budget() const { return budget_.get(); }
+  // Whether the thread that owns `submitter` (its submitter slot's address) is the only
+  // one that has submitted to this channel with a slot so far. The first thread becomes
+  // the channel's sole submitter; a second one makes it shared, for good. A sole
+  // submitter numbers each packet at submit, on an SA lock and lines no other thread
+  // touches; with several, numbers are taken per batch (Pipeline::number_slot), so that
+  // they trade the SA's lock once per batch. Only a choice of cost: any mix of the two
+  // keeps each thread's packets numbered in the order it submitted them.
+  bool sole_submitter(const void* submitter) {
+    const auto mine = reinterpret_cast<uintptr_t>(submitter);
+    uintptr_t seen = submitter_.load(std::memory_order_relaxed);
+    if (seen == mine) return true;
+    if (seen == 0 && submitter_.compare_exchange_strong(seen, mine, std::memory_order_relaxed))
+      return true;
+    if (seen != kSharedBySubmitters)
+      submitter_.store(kSharedBySubmitters, std::memory_order_relaxed);
+    return false;
+  }
 
  private:
   friend class Pipeline;
+  // Slot addresses are 64-byte aligned: never 1.
+  static constexpr uintptr_t kSharedBySubmitters = 1;
   // What every packet reads first (one cache line), the release state on the next ones.
   std::shared_ptr<esp::OutboundSa> sa_;
   PacketSink& sink_;
@@ -72,6 +92,9 @@ class OutboundChannel {
   const uint64_t first_sequence_;
   std::shared_ptr<InFlightBudget> budget_;
   std::shared_ptr<void> keep_alive_;
+  // sole_submitter's: 0 (none yet), the sole submitter's slot, or kSharedBySubmitters.
+  // Read per packet, written at most twice: next to fields that are only read.
+  std::atomic<uintptr_t> submitter_{0};
   // Places taken in the bound, ever, less those given back (committed_in_flight). On a
   // line of its own: readers write it once per batch, workers never.
   alignas(64) std::atomic<uint64_t> committed_{0};

@@ -127,8 +127,11 @@ esp::DropReason Pipeline::submit_outbound(OutboundChannel& c, Packet* packet,
   // place in the SA's in-flight bound is taken here, so that numbering is never refused
   // for the bound once the submit accepted the packet; the slot reserves places a few at
   // a time (share.spare) rather than one per packet. Without a slot (a worker's sink
-  // that submits) the number is taken here, as before.
+  // that submits), and for an SA no other thread submits to (its lock and lines stay in
+  // this core's cache: the batch's bookkeeping would cost more than it saves), the
+  // number is taken here and the packet waits in the slot numbered.
   SubmitterSlot* slot = numbering_slot();
+  if (slot != nullptr && c.sole_submitter(slot)) slot = nullptr;
   SlotShare share = slot ? share_of(*slot, c) : SlotShare{};
   // The SA or its group has its bound in flight, all of it sure to leave: if the SA has
   // stopped delivering (its workers got no CPU), a reader waits for room rather than drop

@@ -2,7 +2,9 @@
 // share one SA get dense, unique numbers, each flow in its reader's order; the bounds of
 // the number space (the persisted ceiling, the end of the space, a held SA) are never
 // passed; and a channel whose owners let go while a reader's batch holds unnumbered
-// packets for it stays until they are numbered and delivered.
+// packets for it stays until they are numbered and delivered. A reader that is an SA's
+// only submitter numbers at submit instead (OutboundChannel::sole_submitter): the tests
+// of one reader's unnumbered packets mark their channel shared first.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -76,6 +78,88 @@ Received open_all(const WireSink& sink) {
         load_be32(buffer.data() + 32));
   }
   return received;
+}
+
+// As if two threads had submitted to the channel: its packets are numbered per batch from
+// now on, as when readers share its SA. A single reader's are numbered at submit.
+void mark_shared_by_threads(OutboundChannel& channel) {
+  const int first = 0, second = 0;
+  channel.sole_submitter(&first);
+  EXPECT_FALSE(channel.sole_submitter(&second));
+}
+
+TEST(PipelineNumbering, TheFirstSubmitterIsSoleUntilASecondOneComesForGood) {
+  WireSink sink;
+  Pipeline pipeline(PipelineConfig{});
+  auto channel = pipeline.make_outbound(make_outbound_sa(), sink);
+  const int a = 0, b = 0;
+  EXPECT_TRUE(channel->sole_submitter(&a));
+  EXPECT_TRUE(channel->sole_submitter(&a));
+  EXPECT_FALSE(channel->sole_submitter(&b));
+  EXPECT_FALSE(channel->sole_submitter(&a));
+  EXPECT_FALSE(channel->sole_submitter(&b));
+}
+
+// A reader alone numbers its packets at submit; a second reader that joins makes both
+// number per batch. Across the switch the numbers stay dense and unique and each flow in
+// its reader's order (the first reader's packets numbered at submit wait in its slot
+// beside later ones numbered per batch, with higher numbers).
+TEST(PipelineConcurrent, ASecondReaderJoiningASoleSubmittersSaKeepsNumbersDenseAndInOrder) {
+  for (bool run_to_completion : {false, true}) {
+    SCOPED_TRACE(run_to_completion ? "run to completion" : "workers");
+    constexpr int kAlone = 100, kTogether = 2000;
+    PipelineConfig config;
+    config.workers = 2;
+    config.run_to_completion = run_to_completion;
+    config.pool_packets = 1024;
+    config.max_in_flight_per_sa = 4096;
+    WireSink sink;
+    auto sa = make_outbound_sa();
+    {
+      Pipeline pipeline(config);
+      auto channel = pipeline.make_outbound(sa, sink);
+      std::atomic<bool> joined{false};
+      std::thread first([&] {
+        pipeline.register_reader();
+        // Alone: numbered at submit, before the batch ends.
+        submit_tagged(pipeline, channel, 0, 0, 10);
+        EXPECT_EQ(sa->last_sequence(), 10u);
+        submit_tagged(pipeline, channel, 0, 10, kAlone - 10);
+        joined.store(true);
+        for (int i = kAlone; i < kAlone + kTogether; i += 10) {
+          submit_tagged(pipeline, channel, 0, i, 10);
+          if (i % 40 == 0) pipeline.end_read_batch();
+        }
+        pipeline.end_read_batch();
+      });
+      std::thread second([&] {
+        pipeline.register_reader();
+        while (!joined.load()) std::this_thread::yield();
+        for (int i = 0; i < kTogether; i += 10) {
+          submit_tagged(pipeline, channel, 1, i, 10);
+          if (i % 30 == 0) pipeline.end_read_batch();
+        }
+        pipeline.end_read_batch();
+      });
+      first.join();
+      second.join();
+      EXPECT_FALSE(channel->sole_submitter(&config));
+      pipeline.wait_idle();
+      ASSERT_TRUE(wait_for([&] { return sink.count() == size_t{kAlone + 2 * kTogether}; },
+                           std::chrono::seconds(30)));
+      EXPECT_EQ(channel->committed_in_flight(), 0u);
+    }
+    const Received received = open_all(sink);
+    const size_t total = size_t{kAlone + 2 * kTogether};
+    ASSERT_EQ(received.sequence.size(), total);
+    for (size_t i = 0; i < total; ++i) ASSERT_EQ(received.sequence[i], i + 1) << "at " << i;
+    ASSERT_EQ(received.counters_by_stream.size(), 2u);
+    for (const auto& [stream, counters] : received.counters_by_stream) {
+      ASSERT_EQ(counters.size(), static_cast<size_t>(stream == 0 ? kAlone + kTogether : kTogether));
+      for (uint32_t i = 0; i < counters.size(); ++i) ASSERT_EQ(counters[i], i);
+    }
+    EXPECT_EQ(sa->counters().packets(), total);
+  }
 }
 
 // Readers submitting to one SA at once, each completing its batches at random points
@@ -242,6 +326,7 @@ TEST(PipelineConcurrent, UnnumberedPacketsOfASealedSaTakeNoNumber) {
     {
       Pipeline pipeline(config);
       auto channel = pipeline.make_outbound(sa, sink);
+      mark_shared_by_threads(*channel);
       std::thread reader([&] {
         pipeline.register_reader();
         submit_tagged(pipeline, channel, 0, 0, 5);
@@ -277,6 +362,7 @@ TEST(PipelineConcurrent, AChannelDroppedWhileAReadersBatchHoldsUnnumberedPackets
     auto keeper = std::make_shared<int>(0);
     std::weak_ptr<int> keeper_alive = keeper;
     auto channel = pipeline.make_outbound(std::move(sa), sink, std::move(keeper));
+    mark_shared_by_threads(*channel);
     std::atomic<bool> submitted{false}, dropped{false};
     std::thread reader([&] {
       pipeline.register_reader();
