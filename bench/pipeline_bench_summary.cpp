@@ -95,8 +95,10 @@ void print_sharing(const CollectingReporter& r, std::ostream& out) {
 //   speed-up(N) = T1 / (s(N) + (T1 - hold) / N)
 // (Amdahl with the coherence cost of the sections counted serial). T1 and the sections
 // come from the one-reader case (uncontended, so timing and entry counts are not the
-// contention's); the transfer is half the measured bounce round trip, or
-// --pipeline_transfer_ns.
+// contention's), but for the sequence number: a reader alone on an SA takes it per packet
+// on lines no other core touches, readers that share the SA per batch, so its hold and
+// entries come from two readers sharing the SA where that case ran. The transfer is half
+// the measured bounce round trip, or --pipeline_transfer_ns.
 void print_serial(const CollectingReporter& r, std::ostream& out) {
   namespace serial = espgw::serial_sections;
   const auto handoff = r.value(kHandoffNames[1], "fastest_ns");
@@ -113,7 +115,8 @@ void print_serial(const CollectingReporter& r, std::ostream& out) {
             "\nSerial sections per packet (--pipeline_time_serial): hold ns / entries / "
             "hand-overs seen;\none cache-line transfer = %.0f ns%s. Model for the one-reader "
             "rows: s(N) = hold + entries *\n(N-1)/N * transfer, speed-up(N) = T1 / (s(N) + "
-            "(T1 - hold) / N), T1 = the reader's CPU ns per packet:\n",
+            "(T1 - hold) / N), T1 = the reader's CPU ns per packet;\nthe sequence section "
+            "as two readers sharing the SA take it (per batch), where that case ran:\n",
             transfer_ns,
             g_transfer_ns ? " (--pipeline_transfer_ns)" : " (half the fastest bounce round trip)");
         out << format("  %-48s", "case");
@@ -140,6 +143,14 @@ void print_serial(const CollectingReporter& r, std::ostream& out) {
       if (name != pipeline_name(sas, 0) || !t1) {
         out << format(" %6.1f\n", hold_ns);
         continue;
+      }
+      const std::string shared = inline_threads_name(sas, 2, false);
+      const std::string sequence =
+          std::string("serial_") + serial::name(serial::Section::sequence) + "_";
+      if (const auto shared_hold = r.value(shared, sequence + "hold_ns")) {
+        hold_ns += *shared_hold - r.value(name, sequence + "hold_ns").value_or(0);
+        entries += r.value(shared, sequence + "entries").value_or(0) -
+                   r.value(name, sequence + "entries").value_or(0);
       }
       const auto serial_ns = [&](double cores) {
         return hold_ns + entries * (cores - 1) / cores * transfer_ns;

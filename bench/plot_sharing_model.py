@@ -5,10 +5,11 @@ Usage: plot_sharing_model.py SHARING_JSON SERIAL_JSON OUT_PNG OUT_MODEL_JSON [--
 
 Reads the two Google Benchmark JSON files bench/sharing_bench.sh writes (medians of
 interleaved repetitions). The model (docs/performance.md, "One SA over many cores"):
-the serial sections of two readers sharing one SA give the hold time per packet (hold)
-and the section entries per packet (entries), as threads that share an SA take its
-numbers (per batch; a sole submitter takes them per packet, on lines no other core
-touches); one reader's CPU time per packet is T1. With N cores interleaving on one SA each entry is
+the one-reader case's serial sections give the hold time per packet (hold) and the
+section entries per packet (entries), but for the sequence number, which a reader alone
+on an SA takes per packet on lines no other core touches, and threads that share the SA
+per batch: that section's hold and entries come from two readers sharing one SA. With N
+cores interleaving on one SA each entry is
 another core's with probability (N-1)/N and then moves the section's cache line once
 (transfer), so
     s(N) = hold + entries * (N-1)/N * transfer
@@ -77,12 +78,13 @@ def main():
     if transfer is None:
         # The fastest chunk of round trips: the median includes descheduled threads.
         transfer = s[HANDOFF].get("fastest_ns", s[HANDOFF]["real_time"]) / 2 if HANDOFF in s else 0.0
-    # The hold of the shared run also holds the line transfers inside the sections, which
-    # the model adds again per entry: it errs on the slow side.
-    shared = s[SHARED1]
-    hold = sum(shared.get(f"serial_{x}_hold_ns", 0) for x in SECTIONS)
-    entries = {x: shared.get(f"serial_{x}_entries", 0) for x in SECTIONS}
-    t1 = s[INLINE]["cpu_ns_per_packet"]
+    # The other sections' holds in the shared run also hold the line transfers inside
+    # them, which the model adds per entry: those come from the reader alone.
+    one = s[INLINE]
+    source = {x: s[SHARED1] if x == "sequence" else one for x in SECTIONS}
+    hold = sum(source[x].get(f"serial_{x}_hold_ns", 0) for x in SECTIONS)
+    entries = {x: source[x].get(f"serial_{x}_entries", 0) for x in SECTIONS}
+    t1 = one["cpu_ns_per_packet"]
 
     def speedup(n, entry_total):
         serial = hold + entry_total * (n - 1) / n * transfer
