@@ -18,6 +18,8 @@ and with workers behind one reader (the reader's share r of the work stays on on
 takes every sequence number itself, the rest goes to N-1 workers, which pass the per-batch
 sections among them):
     workers(N) = T1 / max(r, s_w(N), (W1 - r) / (N - 1))  W1 = CPU ns per packet, 1 worker
+where r and W1 leave out the time the reader spent waiting for room (it yields, and on
+a CPU of its own that burns what it waits).
 """
 import json
 import sys
@@ -96,8 +98,12 @@ def main():
     # Workers behind one reader: the reader alone takes the sequence numbers (no hand-over);
     # the per-batch sections pass among the N-1 workers.
     def workers_bound(n):
-        w1 = m[WORKER1]["cpu_ns_per_packet"]
-        r = m[WORKER1]["feeder_cpu_ns_per_packet"]
+        # While the worker is behind, the reader waits for room by yielding, which on a
+        # CPU of its own burns the time it waits: that is not work one more core removes.
+        one_worker = m[WORKER1]
+        waited = one_worker["feeder_wait"] * one_worker["ns_per_packet"]
+        w1 = one_worker["cpu_ns_per_packet"] - waited
+        r = max(0.0, one_worker["feeder_cpu_ns_per_packet"] - waited)
         moving = sum(entries.values()) - entries["sequence"]
         serial = hold + (moving * (n - 2) / (n - 1) * transfer if n > 2 else 0.0)
         return max(r, serial, (w1 - r) / (n - 1))
