@@ -80,6 +80,17 @@ Received open_all(const WireSink& sink) {
   return received;
 }
 
+// Two workers behind the readers (or none: run to completion), with the pool and the
+// SA's in-flight bound a test needs.
+PipelineConfig readers_config(bool run_to_completion, size_t pool_packets, size_t max_in_flight) {
+  PipelineConfig config;
+  config.workers = 2;
+  config.run_to_completion = run_to_completion;
+  config.pool_packets = pool_packets;
+  config.max_in_flight_per_sa = max_in_flight;
+  return config;
+}
+
 // As if two threads had submitted to the channel: its packets are numbered per batch from
 // now on, as when readers share its SA. A single reader's are numbered at submit.
 void mark_shared_by_threads(OutboundChannel& channel) {
@@ -108,11 +119,7 @@ TEST(PipelineConcurrent, ASecondReaderJoiningASoleSubmittersSaKeepsNumbersDenseA
   for (bool run_to_completion : {false, true}) {
     SCOPED_TRACE(run_to_completion ? "run to completion" : "workers");
     constexpr int kAlone = 100, kTogether = 2000;
-    PipelineConfig config;
-    config.workers = 2;
-    config.run_to_completion = run_to_completion;
-    config.pool_packets = 1024;
-    config.max_in_flight_per_sa = 4096;
+    const PipelineConfig config = readers_config(run_to_completion, 1024, 4096);
     WireSink sink;
     auto sa = make_outbound_sa();
     {
@@ -170,11 +177,7 @@ TEST(PipelineConcurrent, ASecondReaderJoiningASoleSubmittersSaKeepsNumbersDenseA
 void run_shared_sa(bool run_to_completion) {
   constexpr int kReaders = 4;
   constexpr uint32_t kPerReader = 3000;
-  PipelineConfig config;
-  config.workers = 2;
-  config.run_to_completion = run_to_completion;
-  config.pool_packets = 512;
-  config.max_in_flight_per_sa = 128;
+  PipelineConfig config = readers_config(run_to_completion, 512, 128);
   config.before_crypto = random_delay;
   WireSink sink;
   std::atomic<uint64_t> refused{0};
@@ -249,11 +252,7 @@ void race_to_a_bound(const std::function<void(esp::OutboundSa&)>& prepare, uint3
                      uint32_t expected_last, esp::DropReason reason, bool run_to_completion) {
   constexpr int kReaders = 4;
   constexpr uint32_t kPerReader = 300;
-  PipelineConfig config;
-  config.workers = 2;
-  config.run_to_completion = run_to_completion;
-  config.pool_packets = 2048;
-  config.max_in_flight_per_sa = 2048;
+  const PipelineConfig config = readers_config(run_to_completion, 2048, 2048);
   WireSink sink;
   auto sa = make_outbound_sa();
   prepare(*sa);
