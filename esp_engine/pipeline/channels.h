@@ -93,7 +93,7 @@ class OutboundChannel {
   std::shared_ptr<InFlightBudget> budget_;
   std::shared_ptr<void> keep_alive_;
   // sole_submitter's: 0 (none yet), the sole submitter's slot, or kSharedBySubmitters.
-  // Read per packet, written at most twice: next to fields that are only read.
+  // Read per packet, written by each thread at most once: next to fields only read.
   std::atomic<uintptr_t> submitter_{0};
   // Places taken in the bound, ever, less those given back (committed_in_flight). On a
   // line of its own: readers write it once per batch, workers never.

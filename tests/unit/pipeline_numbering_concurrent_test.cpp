@@ -247,11 +247,12 @@ TEST(PipelineConcurrent, ReadersSharingAnSaGetDenseNumbersInFlowOrderRunToComple
 // than numbers are submitted (the readers' unnumbered packets each pass the submit's
 // check), and numbering hands out exactly the numbers up to the bound, each once, and
 // drops and counts the rest. `prepare` sets the bound on the SA before the channel is
-// made; `expected_first` and `expected_last` are the numbers that must be used.
+// made; `expected_first` and `expected_last` are the numbers that must be used. One
+// reader alone is the SA's sole submitter and numbers at submit: the bound then refuses
+// at submit, with the same count.
 void race_to_a_bound(const std::function<void(esp::OutboundSa&)>& prepare, uint32_t expected_first,
-                     uint32_t expected_last, esp::DropReason reason, bool run_to_completion) {
-  constexpr int kReaders = 4;
-  constexpr uint32_t kPerReader = 300;
+                     uint32_t expected_last, esp::DropReason reason, bool run_to_completion,
+                     int reader_count, uint32_t per_reader) {
   const PipelineConfig config = readers_config(run_to_completion, 2048, 2048);
   WireSink sink;
   auto sa = make_outbound_sa();
@@ -262,12 +263,12 @@ void race_to_a_bound(const std::function<void(esp::OutboundSa&)>& prepare, uint3
     auto channel = pipeline.make_outbound(sa, sink);
     std::atomic<int> ready{0};
     std::vector<std::thread> readers;
-    for (int r = 0; r < kReaders; ++r) {
+    for (int r = 0; r < reader_count; ++r) {
       readers.emplace_back([&, r] {
         pipeline.register_reader();
         ready.fetch_add(1);
-        while (ready.load() < kReaders) std::this_thread::yield();
-        for (uint32_t i = 0; i < kPerReader; ++i) {
+        while (ready.load() < reader_count) std::this_thread::yield();
+        for (uint32_t i = 0; i < per_reader; ++i) {
           Packet* p = acquire_blocking(pipeline);
           ASSERT_TRUE(p->buffer.assign(tagged_packet(static_cast<uint32_t>(r), i)));
           pipeline.submit_outbound(*channel, p, esp::OuterHeaders::omit);
@@ -289,15 +290,18 @@ void race_to_a_bound(const std::function<void(esp::OutboundSa&)>& prepare, uint3
     for (size_t i = 1; i < counters.size(); ++i)
       ASSERT_LT(counters[i - 1], counters[i]) << "stream " << stream;
   EXPECT_EQ(sa->counters().packets(), expected);
-  EXPECT_EQ(sa->counters().drops(reason), kReaders * kPerReader - expected);
+  EXPECT_EQ(sa->counters().drops(reason), uint64_t{per_reader} * reader_count - expected);
   EXPECT_EQ(sa->last_sequence(), expected_last);
 }
 
 TEST(PipelineConcurrent, ReadersSharingAnSaNeverPassTheReservedCeiling) {
   for (bool run_to_completion : {false, true}) {
     SCOPED_TRACE(run_to_completion ? "run to completion" : "workers");
-    race_to_a_bound([](esp::OutboundSa& sa) { sa.set_sequence_ceiling(777); }, 1, 777,
-                    esp::DropReason::sequence_unreserved, run_to_completion);
+    for (const auto& [readers, per_reader] : {std::pair{4, 300u}, std::pair{1, 1200u}}) {
+      SCOPED_TRACE(readers);
+      race_to_a_bound([](esp::OutboundSa& sa) { sa.set_sequence_ceiling(777); }, 1, 777,
+                      esp::DropReason::sequence_unreserved, run_to_completion, readers, per_reader);
+    }
   }
 }
 
@@ -305,9 +309,12 @@ TEST(PipelineConcurrent, ReadersSharingAnSaStopAtTheEndOfTheNumberSpace) {
   for (bool run_to_completion : {false, true}) {
     SCOPED_TRACE(run_to_completion ? "run to completion" : "workers");
     // Without ESN the last number is 2^32 - 1: 501 numbers left, never one more, no wrap.
-    race_to_a_bound([](esp::OutboundSa& sa) { sa.set_next_sequence(0xFFFFFFFFull - 500); },
-                    0xFFFFFFFFu - 500, 0xFFFFFFFFu, esp::DropReason::sequence_exhausted,
-                    run_to_completion);
+    for (const auto& [readers, per_reader] : {std::pair{4, 300u}, std::pair{1, 1200u}}) {
+      SCOPED_TRACE(readers);
+      race_to_a_bound([](esp::OutboundSa& sa) { sa.set_next_sequence(0xFFFFFFFFull - 500); },
+                      0xFFFFFFFFu - 500, 0xFFFFFFFFu, esp::DropReason::sequence_exhausted,
+                      run_to_completion, readers, per_reader);
+    }
   }
 }
 
