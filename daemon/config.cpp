@@ -3,6 +3,7 @@
 #include "crypto/aead.h"
 
 #include <openssl/evp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -235,9 +236,12 @@ constexpr ConfigKey kConfigKeys[] = {
      }},
     {"workers",
      [](std::string_view value, ParseState& s) -> const char* {
+       s.config.workers_auto = value == "auto";
        s.config.run_to_completion = value == "inline";
-       if (!s.config.run_to_completion && !parse_number(value, s.config.workers, 0u, 1024u))
-         return "a number from 0 (one per CPU) to 1024, or inline";
+       s.config.workers = 0;
+       if (!s.config.workers_auto && !s.config.run_to_completion &&
+           !parse_number(value, s.config.workers, 0u, 1024u))
+         return "auto, inline, or a number from 0 (one per CPU) to 1024";
        return nullptr;
      }},
     {"crypto-backend",
@@ -366,6 +370,7 @@ void check_combinations(const ParseState& state, std::vector<std::string>& error
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path) {
   ConfigResult result;
   GatewayConfig config;
+  config.workers_auto = true;  // unless a workers line says otherwise
   ParseState state{config, path};
   std::istringstream lines(text);
   std::string raw;
@@ -404,6 +409,7 @@ ConfigResult parse_gateway_config_text(const std::string& text, const std::strin
     written += (written.empty() ? "" : "; ") + std::string(value);
   }
   check_combinations(state, result.errors);
+  resolve_auto_workers(config, usable_cpu_count());
   if (!state.have_state_dir) config.state_dir = default_state_dir(path);
   if (result.errors.empty()) result.config = std::move(config);
   return result;
@@ -436,6 +442,20 @@ size_t wan_socket_buffer_bytes(const GatewayConfig& config) {
 std::chrono::microseconds queue_delay_target_of(const GatewayConfig& config) {
   return config.queue_delay_target.value_or(
       config.run_to_completion ? kAutoQueueDelayTarget : std::chrono::microseconds(0));
+}
+
+void resolve_auto_workers(GatewayConfig& config, unsigned cpus) {
+  if (!config.workers_auto) return;
+  config.run_to_completion = cpus <= kAutoInlineMaxCpus;
+  config.workers = 0;
+}
+
+unsigned usable_cpu_count() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+    return static_cast<unsigned>(std::max(1, CPU_COUNT(&cpus)));
+  return static_cast<unsigned>(std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 unsigned wan_reader_count(const GatewayConfig& config) {

@@ -82,8 +82,11 @@ struct GatewayConfig {
   // how many CHILD_SAs of which child configs espgw keeps up. Needs control-socket.
   std::string charon_vici;
   std::vector<ParallelChild> parallel_children;
-  unsigned workers = 0;                     // 0: one per online CPU
-  bool run_to_completion = false;           // "workers = inline": readers do the crypto
+  unsigned workers = 0;            // 0: one per online CPU
+  bool run_to_completion = false;  // "workers = inline": readers do the crypto
+  // "workers = auto", a file's default: the parser chose between the two above by the CPUs
+  // this process may run on (resolve_auto_workers). Kept so that status says it was chosen.
+  bool workers_auto = false;
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
   // Bytes per WAN socket and direction (the kernel doubles them for its bookkeeping).
@@ -144,7 +147,22 @@ ConfigResult parse_gateway_config(const std::string& path);
 // ("/var/lib/espgw/espgw.conf-1a2b3c4d" for /etc/espgw/espgw.conf).
 std::string default_state_dir(const std::string& config_path);
 inline constexpr const char* kStateRoot = "/var/lib/espgw";
+// `workers = auto` (a file's default) is resolved against usable_cpu_count().
 ConfigResult parse_gateway_config_text(const std::string& text, const std::string& path);
+
+// The most CPUs at which `workers = auto` runs the readers inline. With one or two CPUs a
+// worker has no core of its own: the hand-over and the wake-up per batch cost more than
+// spreading the crypto gives (docs/performance.md, "Workers or none"); from three, workers
+// spread one SA's crypto over cores that no reader can use.
+inline constexpr unsigned kAutoInlineMaxCpus = 2;
+
+// Resolves `workers = auto` for `cpus` usable CPUs: inline up to kAutoInlineMaxCpus, one
+// worker per CPU above. A config with an explicit workers line is left as it is.
+void resolve_auto_workers(GatewayConfig& config, unsigned cpus);
+
+// The CPUs this process may run on (its affinity mask, which a cpuset or taskset narrows),
+// at least 1.
+unsigned usable_cpu_count();
 
 // The WAN sockets' buffer size `socket-buffer` asks for, with auto resolved by the
 // workers mode.

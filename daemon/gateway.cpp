@@ -202,9 +202,12 @@ Gateway::Gateway(GatewayConfig config)
   // The static SAs' first reservations are on disk before a packet can use them.
   if (!sa_state_->reserve())
     throw std::runtime_error("cannot write the SA state in " + config_.state_dir);
-  const std::string workers = config_.run_to_completion
-                                  ? std::string("no workers (readers run to completion)")
-                                  : std::to_string(pipeline_->worker_count()) + " workers";
+  const std::string workers =
+      (config_.run_to_completion ? std::string("no workers (readers run to completion)")
+                                 : std::to_string(pipeline_->worker_count()) + " workers") +
+      (config_.workers_auto
+           ? " by workers = auto for " + std::to_string(usable_cpu_count()) + " CPUs"
+           : std::string());
   log(LogLevel::info, "gateway up: %s mtu %u, %zu outbound and %zu inbound SAs, %s, %s",
       tun_->name().c_str(), mtu_->tunnel_mtu(), sas_->outbound().size(), sas_->inbound().size(),
       workers.c_str(), config_.crypto_backend.c_str());

@@ -21,6 +21,10 @@ source "$HERE/../tests/netns/lib.sh"
 # shellcheck source=tests/charon/charon_lib.sh
 source "$HERE/../tests/charon/charon_lib.sh"
 trap 'stop_charons; cleanup' EXIT
+# Each espgw runs the package's example configuration (configs/espgw.conf) with only its
+# address, control socket and state directory put in: the defaults a user gets, workers =
+# auto among them.
+ESPGW_CONF_FROM_EXAMPLE=yes
 
 iperf() {  # iperf CLIENT_NS SERVER_NS ADDRESS [iperf3 options]: prints Gbit/s
   local client=$1 server=$2 address=$3
@@ -41,6 +45,7 @@ for side in a b; do
   load_swanctl "$side"
 done
 log "espgw and charon (with the espgw plugin) run on gwA and gwB; swanctl.conf loaded"
+log "espgw on gwA: $(sed -n 's/.*gateway up: //p' "$WORK/espgw-a.log" | head -n 1)"
 
 log "swanctl --initiate --child net (on gwA):"
 initiate a || { cat "$WORK/swanctl-initiate.log"; exit 1; }

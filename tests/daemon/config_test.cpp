@@ -66,9 +66,9 @@ TEST(GatewayConfig, TunRpsIsOnWithWorkersOnSeveralCpusUnlessSetOtherwise) {
     EXPECT_TRUE(result.config) << (result.errors.empty() ? "" : result.errors.front());
     return result.config.value_or(GatewayConfig{});
   };
-  EXPECT_TRUE(wants_tun_rps(with(""), 2)) << "auto: workers write an SA's packets";
+  EXPECT_TRUE(wants_tun_rps(with("workers = 0\n"), 2)) << "auto: workers write an SA's packets";
   EXPECT_TRUE(wants_tun_rps(with("tun-rps = auto\nworkers = 1\n"), 16));
-  EXPECT_FALSE(wants_tun_rps(with(""), 1)) << "one CPU: nothing to steer to";
+  EXPECT_FALSE(wants_tun_rps(with("workers = 0\n"), 1)) << "one CPU: nothing to steer to";
   EXPECT_FALSE(wants_tun_rps(with("workers = inline\n"), 2)) << "one reader writes a socket's";
   EXPECT_TRUE(wants_tun_rps(with("workers = inline\ntun-rps = yes\n"), 2));
   EXPECT_FALSE(wants_tun_rps(with("tun-rps = no\n"), 16));
@@ -186,8 +186,43 @@ TEST(GatewayConfig, WorkersInlineRunsToCompletion) {
   EXPECT_FALSE(bad.config);
   ASSERT_FALSE(bad.errors.empty());
   EXPECT_EQ(bad.errors[0],
-            "gw.conf:3: 'workers': expected a number from 0 (one per CPU) to 1024, or inline, "
-            "got 'lots'");
+            "gw.conf:3: 'workers': expected auto, inline, or a number from 0 (one per CPU) to "
+            "1024, got 'lots'");
+}
+
+TEST(GatewayConfig, WorkersAutoIsTheDefaultAndRunsInlineOnTwoCpusOrFewer) {
+  const auto by_default = parse_with("");
+  ASSERT_TRUE(by_default.config);
+  EXPECT_TRUE(by_default.config->workers_auto);
+  // Resolved against the CPUs this test may use, as the daemon resolves it.
+  EXPECT_EQ(by_default.config->run_to_completion, usable_cpu_count() <= kAutoInlineMaxCpus);
+  const auto written = parse_with("workers = 4\nworkers = auto\n");
+  ASSERT_TRUE(written.config);
+  EXPECT_TRUE(written.config->workers_auto) << "the last line wins";
+
+  for (const unsigned cpus : {1u, 2u}) {
+    GatewayConfig config = *by_default.config;
+    resolve_auto_workers(config, cpus);
+    EXPECT_TRUE(config.run_to_completion) << cpus << " CPUs: a worker has no core of its own";
+  }
+  for (const unsigned cpus : {3u, 16u}) {
+    GatewayConfig config = *by_default.config;
+    resolve_auto_workers(config, cpus);
+    EXPECT_FALSE(config.run_to_completion) << cpus << " CPUs";
+    EXPECT_EQ(config.workers, 0u) << "one worker per CPU";
+  }
+  // An explicit choice is never overridden.
+  auto inline_mode = parse_with("workers = inline\n");
+  ASSERT_TRUE(inline_mode.config);
+  EXPECT_FALSE(inline_mode.config->workers_auto);
+  resolve_auto_workers(*inline_mode.config, 16);
+  EXPECT_TRUE(inline_mode.config->run_to_completion);
+  auto counted = parse_with("workers = 3\n");
+  ASSERT_TRUE(counted.config);
+  resolve_auto_workers(*counted.config, 1);
+  EXPECT_FALSE(counted.config->run_to_completion);
+  EXPECT_EQ(counted.config->workers, 3u);
+  EXPECT_GE(usable_cpu_count(), 1u);
 }
 
 TEST(GatewayConfig, QueueDelayTargetIsAutoUnlessSet) {
@@ -205,7 +240,7 @@ TEST(GatewayConfig, QueueDelayTargetIsAutoUnlessSet) {
 }
 
 TEST(GatewayConfig, SocketBufferIsAutoUnlessSetAndAutoFollowsTheWorkersMode) {
-  const auto by_default = parse_with("");
+  const auto by_default = parse_with("workers = 0\n");
   ASSERT_TRUE(by_default.config);
   EXPECT_FALSE(by_default.config->socket_buffer_bytes);
   EXPECT_EQ(wan_socket_buffer_bytes(*by_default.config), kWorkersSocketBufferBytes)
