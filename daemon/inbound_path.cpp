@@ -145,14 +145,17 @@ void TunWriter::deliver(std::span<pipeline::Packet* const> packets) {
   thread_local io::TcpCoalescer coalescer;
   coalescer.set_max_packet(lan_mtu_.load(std::memory_order_relaxed));
   const uint64_t resegmented = coalescer.stats().resegmented;
+  // The frames point into the packets' buffers, which stay ours until this returns: each
+  // byte is copied once, by the kernel, from the buffer it was decrypted in.
   for (pipeline::Packet* packet : packets)
-    if (keep(packet)) coalescer.add(packet->buffer.bytes());
+    if (keep(packet)) coalescer.add_borrowed(packet->buffer.bytes());
   count_queue_delay(queue_delay_drops, queue_delay_marks);
-  auto write = [&](std::span<const uint8_t> frame) {
-    if (!tun_.write(0, frame)) counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
+  auto write = [&](std::span<const iovec> frame) {
+    if (!tun_.write_pieces(0, frame))
+      counters_.tun_write_failed.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
-  coalescer.flush(write);
+  coalescer.flush_pieces(write);
   if (const uint64_t more = coalescer.stats().resegmented - resegmented)
     counters_.tun_resegmented.fetch_add(more, std::memory_order_relaxed);
 }

@@ -8,6 +8,9 @@
 // TUN_F_TSO4, TUN_F_TSO6): no UFO/USO, no TSO_ECN, no IPv6 extension headers on GSO packets.
 #pragma once
 
+#include <sys/uio.h>
+
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -137,7 +140,10 @@ class TsoSegmenter {
 class TcpCoalescer {
  public:
   static constexpr size_t kDefaultMaxFlows = 16;
-
+  // A frame's pieces: the vnet header with the first packet's headers, then the packets'
+  // bytes. Within UIO_MAXIOV with room to spare, and far above the 47 pieces of a 64 KB
+  // frame of 1400-byte segments.
+  static constexpr size_t kMaxFramePieces = 256;
   struct Stats {
     uint64_t packets_in = 0;
     uint64_t frames_out = 0;
@@ -145,11 +151,18 @@ class TcpCoalescer {
     uint64_t bad_checksum = 0;     // TCP candidates passed through because a checksum failed
     uint64_t resegmented = 0;      // frames sent as GSO with segments cut smaller to fit max_packet
   };
+  // Receives one whole TUN frame as pieces in order; valid only during the call. Returning
+  // false stops the flush.
+  using EmitPiecesFn = FunctionRef<bool(std::span<const iovec>)>;
 
   explicit TcpCoalescer(size_t max_flows = kDefaultMaxFlows);
-
   // Copies `packet` (an IPv4 or IPv6 packet, no vnet header) into the batch.
   void add(std::span<const uint8_t> packet);
+  // The same without a copy: the frame refers to `packet`'s bytes, which must stay where
+  // they are, unchanged, until the next flush (the TUN writer's packets do: it flushes
+  // before it releases them). Only the first packet's headers of a merged frame are
+  // copied, since finishing the frame rewrites them.
+  void add_borrowed(std::span<const uint8_t> packet);
   // The largest packet the kernel may be handed whole: the MTU of the LAN behind the TUN
   // (0, the default: no limit). A TCP packet or super-packet larger than that leaves as a
   // GSO frame whose segments fit it, so that TCP segments a peer cut larger than this
@@ -158,32 +171,46 @@ class TcpCoalescer {
   void set_max_packet(size_t max_packet) { max_packet_ = max_packet; }
   // Emits every frame of the batch (vnet header + packet, ready for one write() to the TUN)
   // and starts a new batch. False if `emit` stopped it; the rest of the batch is discarded.
+  // Each frame is gathered into one buffer first; flush_pieces hands the pieces over as
+  // they are, for one writev() each.
   bool flush(EmitFn emit);
-
+  bool flush_pieces(EmitPiecesFn emit);
   size_t pending_frames() const { return used_; }
   const Stats& stats() const { return stats_; }
 
  private:
+  // Room for the vnet header and the largest IP and TCP headers a merge candidate has.
+  static constexpr size_t kHeadCapacity = 10 + 60 + 60;
   struct Item {
-    std::vector<uint8_t> frame;  // vnet header, then the packet (the super-packet so far)
+    // The vnet header, then (for a frame that may carry several segments) the first
+    // packet's IP and TCP headers, which finish() rewrites.
+    std::array<uint8_t, kHeadCapacity> head{};
+    uint8_t head_length = 0;
+    std::vector<iovec> pieces;  // head first, then the packets' bytes
+    size_t packet_length = 0;   // the IP packet's length so far (head without vnet + pieces)
     bool ipv6 = false;
     uint8_t ip_header_length = 0;
     uint8_t tcp_header_length = 0;
     uint16_t gso_size = 0;
     uint16_t segments = 0;  // 0: not a TCP packet that may become a GSO frame
     uint32_t next_sequence = 0;
+    uint8_t* first_headers() { return head.data() + VnetHeader::kSize; }
   };
-
   Item& next_item();
+  std::span<const uint8_t> keep_copy(std::span<const uint8_t> packet);
   bool try_merge(Item& item, std::span<const uint8_t> packet, size_t ip_header_length,
                  size_t tcp_header_length) const;
   void finish(Item& item);
-
   size_t max_flows_;
   size_t max_packet_ = 0;
   std::vector<Item> items_;  // slots reused across batches, so buffers keep their capacity
   size_t used_ = 0;
   std::vector<size_t> open_;  // items that may still grow, oldest first
+  // add()'s copies, reused across batches: moving a vector keeps its bytes where they are,
+  // so the pieces that point into them stay valid while the list grows.
+  std::vector<std::vector<uint8_t>> copies_;
+  size_t copies_used_ = 0;
+  std::vector<uint8_t> gathered_;  // flush()'s contiguous frame
   Stats stats_;
 };
 

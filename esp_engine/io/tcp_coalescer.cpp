@@ -50,10 +50,22 @@ TcpCoalescer::Item& TcpCoalescer::next_item() {
   if (used_ == items_.size()) items_.emplace_back();
   Item& item = items_[used_++];
   item.segments = 0;
+  item.pieces.clear();
   return item;
 }
 
+std::span<const uint8_t> TcpCoalescer::keep_copy(std::span<const uint8_t> packet) {
+  if (copies_used_ == copies_.size()) copies_.emplace_back();
+  std::vector<uint8_t>& copy = copies_[copies_used_++];
+  copy.assign(packet.begin(), packet.end());
+  return copy;
+}
+
 void TcpCoalescer::add(std::span<const uint8_t> packet) {
+  add_borrowed(keep_copy(packet));
+}
+
+void TcpCoalescer::add_borrowed(std::span<const uint8_t> packet) {
   ++stats_.packets_in;
   TcpLayout layout;
   const bool tcp = parse_tcp_candidate(packet, layout);
@@ -78,12 +90,13 @@ void TcpCoalescer::add(std::span<const uint8_t> packet) {
     // (a pure ACK, a FIN) is delivered ahead of data sent before it.
     for (auto it = open_.begin(); it != open_.end(); ++it) {
       Item& item = items_[*it];
-      const uint8_t* first = item.frame.data() + VnetHeader::kSize;
-      if (item.ipv6 != layout.ipv6 || !same_flow(first, packet.data(), layout)) continue;
+      if (item.ipv6 != layout.ipv6 || !same_flow(item.first_headers(), packet.data(), layout))
+        continue;
       if (mergeable && try_merge(item, packet, layout.ip_header_length, layout.tcp_header_length)) {
         ++stats_.segments_merged;
         const size_t payload = packet.size() - layout.headers();
-        const bool full = item.frame.size() - VnetHeader::kSize + item.gso_size > kMaxIpPacket;
+        const bool full = item.packet_length + item.gso_size > kMaxIpPacket ||
+                          item.pieces.size() == kMaxFramePieces;
         if (payload < item.gso_size || !can_grow || full) open_.erase(it);
         return;
       }
@@ -92,9 +105,18 @@ void TcpCoalescer::add(std::span<const uint8_t> packet) {
     }
   }
 
+  // A plain packet (zero vnet header) unless something merges; a frame that may carry
+  // several segments keeps its first packet's headers in `head`, where finish() edits them.
   Item& item = next_item();
-  item.frame.assign(VnetHeader::kSize, 0);  // a plain packet unless something merges
-  item.frame.insert(item.frame.end(), packet.begin(), packet.end());
+  std::memset(item.head.data(), 0, VnetHeader::kSize);
+  const size_t copied = can_grow || oversize ? layout.headers() : 0;
+  std::memcpy(item.head.data() + VnetHeader::kSize, packet.data(), copied);
+  item.head_length = static_cast<uint8_t>(VnetHeader::kSize + copied);
+  // The head's address is filled in at flush: items_ may still move while the batch grows.
+  item.pieces.push_back({nullptr, item.head_length});
+  if (packet.size() > copied)
+    item.pieces.push_back({const_cast<uint8_t*>(packet.data() + copied), packet.size() - copied});
+  item.packet_length = packet.size();
   if (!can_grow && !oversize) return;
   item.ipv6 = layout.ipv6;
   item.ip_header_length = static_cast<uint8_t>(layout.ip_header_length);
@@ -111,12 +133,13 @@ void TcpCoalescer::add(std::span<const uint8_t> packet) {
 bool TcpCoalescer::try_merge(Item& item, std::span<const uint8_t> packet, size_t ip_header_length,
                              size_t tcp_header_length) const {
   const uint8_t* p = packet.data();
-  uint8_t* first = item.frame.data() + VnetHeader::kSize;
+  uint8_t* first = item.first_headers();
   if (ip_header_length != item.ip_header_length || tcp_header_length != item.tcp_header_length)
     return false;
   const size_t payload = packet.size() - ip_header_length - tcp_header_length;
   if (payload > item.gso_size) return false;
-  if (item.frame.size() - VnetHeader::kSize + payload > kMaxIpPacket) return false;
+  if (item.packet_length + payload > kMaxIpPacket) return false;
+  if (item.pieces.size() == kMaxFramePieces) return false;
 
   // IP: everything the kernel copies from the super-packet into each segment must match.
   if (item.ipv6) {
@@ -142,10 +165,11 @@ bool TcpCoalescer::try_merge(Item& item, std::span<const uint8_t> packet, size_t
   if (std::memcmp(a + kTcpMinHeader, b + kTcpMinHeader, tcp_header_length - kTcpMinHeader) != 0)
     return false;
 
-  const uint8_t* data = p + ip_header_length + tcp_header_length;
-  item.frame.insert(item.frame.end(), data, data + payload);
-  first = item.frame.data() + VnetHeader::kSize;  // the insert may have moved it
+  if (payload != 0)
+    item.pieces.push_back(
+        {const_cast<uint8_t*>(p + ip_header_length + tcp_header_length), payload});
   first[ip_header_length + kTcpFlagsOffset] |= p[ip_header_length + kTcpFlagsOffset] & kTcpPsh;
+  item.packet_length += payload;
   item.next_sequence += static_cast<uint32_t>(payload);
   ++item.segments;
   return true;
@@ -157,10 +181,10 @@ bool TcpCoalescer::try_merge(Item& item, std::span<const uint8_t> packet, size_t
 // that a CHECKSUM_PARTIAL skb: a local socket trusts it without summing 64 KB, and on
 // forwarding the GSO code adjusts the pseudo sum per segment and completes each checksum.
 void TcpCoalescer::finish(Item& item) {
-  const size_t size = item.frame.size() - VnetHeader::kSize;
+  const size_t size = item.packet_length;
   const bool oversize = item.segments != 0 && max_packet_ != 0 && size > max_packet_;
   if (item.segments < 2 && !oversize) return;  // unchanged packet, zero vnet header
-  uint8_t* p = item.frame.data() + VnetHeader::kSize;
+  uint8_t* p = item.first_headers();
   const size_t ip_length = item.ip_header_length;
   const size_t headers = ip_length + item.tcp_header_length;
   uint16_t gso_size = item.gso_size;
@@ -188,19 +212,33 @@ void TcpCoalescer::finish(Item& item) {
   header.gso_size = gso_size;
   header.csum_start = static_cast<uint16_t>(ip_length);
   header.csum_offset = kTcpChecksumOffset;
-  header.write(item.frame.data());
+  header.write(item.head.data());
 }
 
-bool TcpCoalescer::flush(EmitFn emit) {
+bool TcpCoalescer::flush_pieces(EmitPiecesFn emit) {
   bool completed = true;
   for (size_t i = 0; i < used_ && completed; ++i) {
-    finish(items_[i]);
-    completed = emit(items_[i].frame);
+    Item& item = items_[i];
+    finish(item);
+    item.pieces.front().iov_base = item.head.data();
+    completed = emit(item.pieces);
     if (completed) ++stats_.frames_out;
   }
   used_ = 0;
   open_.clear();
+  copies_used_ = 0;
   return completed;
+}
+
+bool TcpCoalescer::flush(EmitFn emit) {
+  return flush_pieces([&](std::span<const iovec> pieces) {
+    gathered_.clear();
+    for (const iovec& piece : pieces) {
+      const auto* bytes = static_cast<const uint8_t*>(piece.iov_base);
+      gathered_.insert(gathered_.end(), bytes, bytes + piece.iov_len);
+    }
+    return emit(gathered_);
+  });
 }
 
 }  // namespace espgw::io

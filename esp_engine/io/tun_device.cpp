@@ -83,4 +83,11 @@ bool TunDevice::write(unsigned queue, std::span<const uint8_t> packet) const {
   return ::write(fds_[queue], packet.data(), packet.size()) == static_cast<ssize_t>(packet.size());
 }
 
+bool TunDevice::write_pieces(unsigned queue, std::span<const iovec> pieces) const {
+  size_t total = 0;
+  for (const iovec& piece : pieces) total += piece.iov_len;
+  return ::writev(fds_[queue], pieces.data(), static_cast<int>(pieces.size())) ==
+         static_cast<ssize_t>(total);
+}
+
 }  // namespace espgw::io

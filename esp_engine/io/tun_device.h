@@ -5,6 +5,8 @@
 // and writes carry 64 KB TCP super-packets (see io/offload.h for their handling).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -38,6 +40,8 @@ class TunDevice {
   long read(unsigned queue, uint8_t* buffer, size_t capacity) const;
   // One packet out; false with errno set on failure.
   bool write(unsigned queue, std::span<const uint8_t> packet) const;
+  // One frame gathered from `pieces` (at most UIO_MAXIOV), as write() of their concatenation.
+  bool write_pieces(unsigned queue, std::span<const iovec> pieces) const;
 
  private:
   void close_all();

@@ -12,6 +12,7 @@
 // they can merge, which random checksums never allow), bytes 1-2 the limit; then the
 // frame, or packets each behind a 2-byte length. tests/fuzz/seeds/fuzz_offload holds a run
 // of segments of one flow to start from.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -69,18 +70,41 @@ void fix_checksums(std::vector<uint8_t>& p) {
 }
 
 void coalesce(std::span<const uint8_t> input, size_t limit, bool valid_checksums) {
-  io::TcpCoalescer coalescer;
-  coalescer.set_max_packet(limit);
-  std::vector<uint8_t> packet;
+  std::vector<std::vector<uint8_t>> packets;
   while (input.size() >= 2) {
     const size_t length = std::min<size_t>(load_be16(input.data()) % 9200, input.size() - 2);
-    packet.assign(input.begin() + 2, input.begin() + 2 + static_cast<long>(length));
+    std::vector<uint8_t>& packet =
+        packets.emplace_back(input.begin() + 2, input.begin() + 2 + static_cast<long>(length));
     if (valid_checksums) fix_checksums(packet);
-    coalescer.add(packet);
     input = input.subspan(2 + length);
   }
+  // The TUN writer's path (frames made of pieces of the packets themselves) must give the
+  // copying path's frames exactly.
+  io::TcpCoalescer coalescer, borrowing;
+  coalescer.set_max_packet(limit);
+  borrowing.set_max_packet(limit);
+  for (const auto& packet : packets) {
+    coalescer.add(packet);
+    borrowing.add_borrowed(packet);
+  }
+  std::vector<std::vector<uint8_t>> borrowed_frames;
+  borrowing.flush_pieces([&](std::span<const iovec> pieces) {
+    if (pieces.size() > io::TcpCoalescer::kMaxFramePieces) abort();
+    auto& frame = borrowed_frames.emplace_back();
+    for (const iovec& piece : pieces) {
+      const auto* bytes = static_cast<const uint8_t*>(piece.iov_base);
+      frame.insert(frame.end(), bytes, bytes + piece.iov_len);
+    }
+    return true;
+  });
+  size_t frame_index = 0;
   io::TsoSegmenter kernel_gso;
   coalescer.flush([&](std::span<const uint8_t> frame) {
+    if (frame_index >= borrowed_frames.size() ||
+        !std::equal(frame.begin(), frame.end(), borrowed_frames[frame_index].begin(),
+                    borrowed_frames[frame_index].end()))
+      abort();
+    ++frame_index;
     io::VnetHeader header;
     if (!io::VnetHeader::parse(frame, header)) abort();
     if (header.gso_type == io::VnetHeader::kGsoNone) return true;  // the packet as added
@@ -92,6 +116,7 @@ void coalesce(std::span<const uint8_t> input, size_t limit, bool valid_checksums
     if (result != io::OffloadResult::ok) abort();
     return true;
   });
+  if (frame_index != borrowed_frames.size()) abort();
 }
 
 }  // namespace

@@ -230,12 +230,20 @@ class KernelPeer {
     frame.insert(frame.end(), packet.begin(), packet.end());
     ASSERT_TRUE(tun.write(0, frame));
   }
+  // As the gateway's TUN writer does: a frame of pieces pointing into the segments, one
+  // writev().
   static void write_coalesced(const TunDevice& tun, const std::vector<Bytes>& segments) {
     TcpCoalescer coalescer;
-    const auto frames = coalesce_all(coalescer, segments);
-    ASSERT_EQ(frames.size(), 1u);
-    ASSERT_NE(header_of(frames[0]).gso_type, VnetHeader::kGsoNone);
-    ASSERT_TRUE(tun.write(0, frames[0])) << std::strerror(errno);
+    for (const Bytes& segment : segments) coalescer.add_borrowed(segment);
+    size_t frames = 0;
+    ASSERT_TRUE(coalescer.flush_pieces([&](std::span<const iovec> pieces) {
+      ++frames;
+      EXPECT_GT(pieces.size(), segments.size()) << "the vnet header and headers, then payloads";
+      EXPECT_TRUE(tun.write_pieces(0, pieces)) << std::strerror(errno);
+      return true;
+    }));
+    ASSERT_EQ(frames, 1u);
+    ASSERT_EQ(coalescer.stats().segments_merged, segments.size() - 1);
   }
 
   int client_ = -1;

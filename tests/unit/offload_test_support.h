@@ -195,6 +195,23 @@ inline std::vector<Bytes> coalesce_all(TcpCoalescer& coalescer, const std::vecto
   return frames;
 }
 
+// The same through add_borrowed and flush_pieces: each frame is its pieces joined.
+inline std::vector<Bytes> coalesce_all_borrowed(TcpCoalescer& coalescer,
+                                                const std::vector<Bytes>& packets) {
+  for (const Bytes& p : packets) coalescer.add_borrowed(p);
+  std::vector<Bytes> frames;
+  EXPECT_TRUE(coalescer.flush_pieces([&](std::span<const iovec> pieces) {
+    EXPECT_LE(pieces.size(), TcpCoalescer::kMaxFramePieces);
+    Bytes& frame = frames.emplace_back();
+    for (const iovec& piece : pieces) {
+      const auto* bytes = static_cast<const uint8_t*>(piece.iov_base);
+      frame.insert(frame.end(), bytes, bytes + piece.iov_len);
+    }
+    return true;
+  }));
+  return frames;
+}
+
 inline VnetHeader header_of(const Bytes& frame) {
   VnetHeader h;
   EXPECT_TRUE(VnetHeader::parse(frame, h));
