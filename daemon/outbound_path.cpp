@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "esp/encap.h"
@@ -121,13 +122,22 @@ void OutboundPath::read_tun(unsigned queue) {
 void OutboundPath::read_tun_offload(unsigned queue) {
   name_this_thread("tun-rx-" + std::to_string(queue));
   // A frame is a virtio-net header and up to 64 KB of packet: read it into a scratch
-  // buffer, cut TCP super-packets into MSS-sized segments (completing checksums the
-  // kernel left partial), and copy each segment into a pipeline packet.
+  // buffer and cut TCP super-packets into MSS-sized segments (completing checksums the
+  // kernel left partial), each built straight in the pipeline packet that carries it.
   const int fd = tun_.fd(queue);
   pipeline_.register_reader();  // a super-packet's segments reach a worker together
   io::TsoSegmenter segmenter;
   std::vector<uint8_t> frame(io::VnetHeader::kSize + 65536);
   TunReadBatch batch(pipeline_);
+  auto acquire_waiting = [&]() -> pipeline::Packet* {
+    pipeline::Packet* packet = pipeline_.acquire();
+    while (!packet && running_.load(std::memory_order_relaxed)) {
+      usleep(50);  // backpressure: every packet is in flight
+      packet = pipeline_.acquire();
+    }
+    return packet;
+  };
+  pipeline::Packet* claimed = nullptr;  // the packet the segmenter is building in
   while (running_.load(std::memory_order_relaxed)) {
     const long n = tun_.read(queue, frame.data(), frame.size());
     if (n <= 0) {
@@ -138,22 +148,40 @@ void OutboundPath::read_tun_offload(unsigned queue) {
     }
     const auto lookup = lookup_.load(std::memory_order_acquire);
     segmenter.set_max_packet(segment_limit_.load(std::memory_order_relaxed));
-    auto emit = [&](std::span<const uint8_t> segment) {
-      pipeline::Packet* packet = pipeline_.acquire();
-      while (!packet && running_.load(std::memory_order_relaxed)) {
-        usleep(50);  // backpressure: every packet is in flight
-        packet = pipeline_.acquire();
-      }
-      if (!packet) return false;
-      if (!packet->buffer.assign(segment) || packet->buffer.tailroom() < esp::encap_tailroom()) {
-        counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
+    // A segment is built in a pool packet when it fits one with room for the ESP trailer;
+    // one that does not is built in the segmenter's scratch, and emit counts it.
+    auto claim = [&](size_t length) -> uint8_t* {
+      pipeline::Packet* packet = acquire_waiting();
+      if (!packet) return nullptr;
+      packet->buffer.assign({}, esp::PacketBuffer::kDefaultHeadroom);
+      if (packet->buffer.tailroom() < length + esp::encap_tailroom()) {
         pipeline_.release(packet);
-        return true;
+        return nullptr;
+      }
+      claimed = packet;
+      return packet->buffer.data();
+    };
+    auto emit = [&](std::span<const uint8_t> segment) {
+      pipeline::Packet* packet = std::exchange(claimed, nullptr);
+      if (packet && segment.data() == packet->buffer.data()) {
+        packet->buffer.push_back(segment.size());  // built in place
+      } else {
+        // A packet passed through as the kernel wrote it, or one too large for a pool packet.
+        if (packet) pipeline_.release(packet);
+        packet = acquire_waiting();
+        if (!packet) return false;
+        if (!packet->buffer.assign(segment) || packet->buffer.tailroom() < esp::encap_tailroom()) {
+          counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
+          pipeline_.release(packet);
+          return true;
+        }
       }
       submit(packet, *lookup);
       return true;
     };
-    const auto result = segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit);
+    const auto result =
+        segmenter.segment_frame({frame.data(), static_cast<size_t>(n)}, emit, claim);
+    if (claimed) pipeline_.release(std::exchange(claimed, nullptr));  // claimed, never emitted
     if (result != io::OffloadResult::ok && result != io::OffloadResult::stopped)
       counters_.tun_bad_offload.fetch_add(1, std::memory_order_relaxed);
     batch.frame_read();

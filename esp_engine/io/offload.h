@@ -94,12 +94,20 @@ using EmitFn = FunctionRef<bool(std::span<const uint8_t>)>;
 
 // Turns frames read from a vnet-header TUN into ordinary IP packets with complete checksums.
 // Owns one scratch segment (64 KB + headers) so segmenting allocates nothing. One per thread.
+// Asked for the place of the next packet of `length` bytes that a segmenter builds: the
+// packet is then built there and emitted from there, so a caller that passes its own
+// buffer needs no copy. nullptr: build it in the segmenter's scratch, as without one.
+using ClaimFn = FunctionRef<uint8_t*(size_t length)>;
+
 class TsoSegmenter {
  public:
   TsoSegmenter();
 
-  // `frame` as read from the TUN: vnet header, then the packet.
+  // `frame` as read from the TUN: vnet header, then the packet. With `claim`, each packet
+  // the segmenter builds (a TSO segment, a packet whose checksum it completed) is built
+  // where claim says; a plain packet is emitted from the frame itself, as without.
   OffloadResult segment_frame(std::span<const uint8_t> frame, EmitFn emit);
+  OffloadResult segment_frame(std::span<const uint8_t> frame, EmitFn emit, ClaimFn claim);
 
   // Jumbo segments: cut TCP super-packets into packets of up to `max_packet` bytes (the
   // tunnel MTU) carrying a whole number of gso_size payloads each, instead of one packet
@@ -118,9 +126,14 @@ class TsoSegmenter {
   OffloadResult segment(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit);
 
  private:
+  OffloadResult segment(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit,
+                        const ClaimFn* claim);
+  // Where the next built packet goes: claim's place, or the scratch.
+  uint8_t* place_for(size_t length, const ClaimFn* claim);
   OffloadResult complete_checksum(const VnetHeader& header, std::span<const uint8_t> packet,
-                                  EmitFn emit);
-  OffloadResult split_tcp(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit);
+                                  EmitFn emit, const ClaimFn* claim);
+  OffloadResult split_tcp(const VnetHeader& header, std::span<const uint8_t> packet, EmitFn emit,
+                          const ClaimFn* claim);
 
   std::unique_ptr<uint8_t[]> scratch_;
   size_t max_packet_ = 0;

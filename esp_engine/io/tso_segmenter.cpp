@@ -26,21 +26,39 @@ TsoSegmenter::TsoSegmenter() : scratch_(new uint8_t[kScratchSize]) {}
 OffloadResult TsoSegmenter::segment_frame(std::span<const uint8_t> frame, EmitFn emit) {
   VnetHeader header;
   if (!VnetHeader::parse(frame, header)) return OffloadResult::too_short;
-  return segment(header, frame.subspan(VnetHeader::kSize), emit);
+  return segment(header, frame.subspan(VnetHeader::kSize), emit, nullptr);
+}
+
+OffloadResult TsoSegmenter::segment_frame(std::span<const uint8_t> frame, EmitFn emit,
+                                          ClaimFn claim) {
+  VnetHeader header;
+  if (!VnetHeader::parse(frame, header)) return OffloadResult::too_short;
+  return segment(header, frame.subspan(VnetHeader::kSize), emit, &claim);
 }
 
 OffloadResult TsoSegmenter::segment(const VnetHeader& header, std::span<const uint8_t> packet,
                                     EmitFn emit) {
+  return segment(header, packet, emit, nullptr);
+}
+
+uint8_t* TsoSegmenter::place_for(size_t length, const ClaimFn* claim) {
+  uint8_t* place = claim ? (*claim)(length) : nullptr;
+  return place ? place : scratch_.get();
+}
+
+OffloadResult TsoSegmenter::segment(const VnetHeader& header, std::span<const uint8_t> packet,
+                                    EmitFn emit, const ClaimFn* claim) {
   if (header.gso_type & VnetHeader::kGsoEcn) return OffloadResult::ecn;
   switch (header.gso_type) {
     case VnetHeader::kGsoNone:
       if (packet.empty()) return OffloadResult::too_short;  // a header and nothing after it
-      if (header.flags & VnetHeader::kNeedsCsum) return complete_checksum(header, packet, emit);
+      if (header.flags & VnetHeader::kNeedsCsum)
+        return complete_checksum(header, packet, emit, claim);
       return emit(packet) ? OffloadResult::ok : OffloadResult::stopped;
     case VnetHeader::kGsoTcpV4:
     case VnetHeader::kGsoTcpV6:
       if (header.gso_size == 0) return OffloadResult::zero_gso_size;
-      return split_tcp(header, packet, emit);
+      return split_tcp(header, packet, emit, claim);
     default:
       return OffloadResult::bad_gso_type;
   }
@@ -50,12 +68,13 @@ OffloadResult TsoSegmenter::segment(const VnetHeader& header, std::span<const ui
 // the device to sum from csum_start to the end and store the complement there (what
 // skb_checksum_help does). That works for TCP and UDP alike, so no protocol parsing.
 OffloadResult TsoSegmenter::complete_checksum(const VnetHeader& header,
-                                              std::span<const uint8_t> packet, EmitFn emit) {
+                                              std::span<const uint8_t> packet, EmitFn emit,
+                                              const ClaimFn* claim) {
   const size_t start = header.csum_start;
   const size_t field = start + header.csum_offset;
   if (field + 2 > packet.size()) return OffloadResult::bad_checksum_offsets;
   if (packet.size() > kScratchSize) return OffloadResult::bad_length;
-  uint8_t* out = scratch_.get();
+  uint8_t* out = place_for(packet.size(), claim);
   std::memcpy(out, packet.data(), packet.size());
   uint16_t checksum = checksum_finish(checksum_add(0, out + start, packet.size() - start));
   // 0 and 0xFFFF are the same in one's complement; UDP reserves 0 for "no checksum".
@@ -65,7 +84,7 @@ OffloadResult TsoSegmenter::complete_checksum(const VnetHeader& header,
 }
 
 OffloadResult TsoSegmenter::split_tcp(const VnetHeader& header, std::span<const uint8_t> packet,
-                                      EmitFn emit) {
+                                      EmitFn emit, const ClaimFn* claim) {
   TcpLayout layout;
   const bool ipv6 = header.gso_type == VnetHeader::kGsoTcpV6;
   if (const OffloadResult r = parse_tcp_layout(packet, ipv6, layout); r != OffloadResult::ok)
@@ -90,14 +109,16 @@ OffloadResult TsoSegmenter::split_tcp(const VnetHeader& header, std::span<const 
   // The addresses are the same in every segment: sum them once.
   const uint32_t address_sum = ipv6 ? checksum_add(0, in + 8, 32) : checksum_add(0, in + 12, 8);
 
-  uint8_t* out = scratch_.get();
-  std::memcpy(out, in, headers);  // later segments only patch fields of this copy
-  uint8_t* tcp = out + ip_length;
   size_t offset = 0;
   for (size_t index = 0; offset < payload || index == 0; ++index) {
     const size_t chunk = std::min(mss, payload - offset);
     const bool last = offset + chunk == payload;
     const size_t total = headers + chunk;
+    // Each segment is built in its own place (the caller's packet buffer, so nothing is
+    // copied after), from the super-packet's headers with the fields below patched.
+    uint8_t* out = place_for(total, claim);
+    std::memcpy(out, in, headers);
+    uint8_t* tcp = out + ip_length;
     if (ipv6) {
       store_be16(out + 4, static_cast<uint16_t>(total - kIpv6HeaderLength));
     } else {

@@ -114,6 +114,59 @@ Bytes partial_frame(Bytes p, uint8_t protocol, uint16_t field) {
   return frame;
 }
 
+// The TUN reader's path: each packet the segmenter builds goes where the claim says (a
+// pool packet there) and is emitted from there; it must be the packet the scratch path
+// builds. A claim that declines (a packet too large for a pool packet) gets the scratch.
+TEST(TsoSegmenter, ClaimedPlacesGetThePacketsOfTheScratchPath) {
+  std::mt19937 rng(33);
+  TsoSegmenter scratch_only, claiming;
+  size_t claimed_packets = 0, declined_packets = 0;
+  for (int round = 0; round < 200; ++round) {
+    TcpSpec s;
+    s.ipv6 = rng() % 2;
+    s.seq = static_cast<uint32_t>(rng());
+    s.id = static_cast<uint16_t>(rng());
+    s.flags = rng() % 2 ? kAck | kPsh : kAck | kCwr | kFin;
+    if (rng() % 3 == 0) s.tcp_options = {1, 1, 8, 10, 1, 2, 3, 4, 5, 6, 7, 8};
+    const Bytes payload = pattern(1 + rng() % 30000, static_cast<uint32_t>(round));
+    const Bytes frame = round % 5 == 4
+                            ? partial_frame(build_tcp(s, payload), 6, 16)
+                            : kernel_frame(s, payload, static_cast<uint16_t>(1 + rng() % 1460));
+    const size_t limit = rng() % 4 == 0 ? 1500 + rng() % 8000 : 0;  // jumbo segments
+    scratch_only.set_max_packet(limit);
+    claiming.set_max_packet(limit);
+    OffloadResult expected_result;
+    const auto expected = segment_all(scratch_only, frame, &expected_result);
+
+    std::vector<Bytes> places;  // what a pool would hand out
+    places.reserve(expected.size());
+    const uint8_t* last_place = nullptr;
+    std::vector<Bytes> built;
+    const auto result = claiming.segment_frame(
+        frame,
+        [&](std::span<const uint8_t> packet) {
+          if (last_place) {
+            EXPECT_EQ(packet.data(), last_place) << "emitted from where it was built";
+            ++claimed_packets;
+          } else {
+            ++declined_packets;
+          }
+          last_place = nullptr;
+          built.emplace_back(packet.begin(), packet.end());
+          return true;
+        },
+        [&](size_t length) -> uint8_t* {
+          if (rng() % 8 == 0) return nullptr;  // declined: the segmenter uses its scratch
+          last_place = places.emplace_back(length, 0xEE).data();
+          return places.back().data();
+        });
+    ASSERT_EQ(result, expected_result);
+    ASSERT_EQ(built, expected) << "round " << round;
+  }
+  EXPECT_GT(claimed_packets, 1000u);
+  EXPECT_GT(declined_packets, 0u);
+}
+
 TEST(OffloadChecksum, CompletesUdpAndTcpChecksums) {
   TsoSegmenter segmenter;
   for (size_t n : {0, 1, 37, 1000}) {
