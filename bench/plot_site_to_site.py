@@ -3,7 +3,10 @@
 
 Top: iperf3 TCP throughput, grouped by test (direction x streams), one bar per path, on
 a log scale because plain routing and kernel-libipsec are two orders of magnitude apart.
-Bottom: median ping, idle and under load, per path (log scale).
+Middle: median ping, idle and under load, per path (log scale).
+Bottom (when the results have them): CPU cycles per ESP packet of each espgw gateway
+(gwA solid, gwB hatched) per test: its CPU time x cpu_clock_mhz / the ESP packets it sent
+and received. Results without the field (older runs, or no espgw path) get no third panel.
 
 Usage: /usr/bin/python3 bench/plot_site_to_site.py [RESULTS_JSON] [OUTPUT_PNG]
 Defaults: bench/results/site_to_site.json and docs/img/site_to_site.png.
@@ -48,7 +51,13 @@ def main():
     if not paths:
         sys.exit("no path has results")
 
-    fig, (ax, lat) = plt.subplots(2, 1, figsize=(11, 9), gridspec_kw={"height_ratios": [3, 2]})
+    def cycles(p, t):
+        return report["paths"][p]["tests"].get(t, {}).get("cycles_per_esp_packet") or {}
+    esp_paths = [p for p in paths if any(v for t, _ in TESTS for v in cycles(p, t).values())]
+    if esp_paths:
+        fig, (ax, lat, cyc) = plt.subplots(3, 1, figsize=(11, 12), gridspec_kw={"height_ratios": [3, 2, 2]})
+    else:
+        fig, (ax, lat) = plt.subplots(2, 1, figsize=(11, 9), gridspec_kw={"height_ratios": [3, 2]})
     width = 0.8 / len(paths)
     for i, p in enumerate(paths):
         tests = report["paths"][p]["tests"]
@@ -102,6 +111,33 @@ def main():
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch=h)
                for h in ("", "//")]
     lat.legend(handles, ["idle", "under load (lanA→lanB -P4)"], fontsize=8, loc="upper left")
+
+    if esp_paths:
+        width = 0.8 / (2 * len(esp_paths))
+        for i, p in enumerate(esp_paths):
+            for k, (gw, hatch) in enumerate((("gwA", ""), ("gwB", "//"))):
+                xs, ys = [], []
+                for j, (t, _) in enumerate(TESTS):
+                    v = cycles(p, t).get(gw)
+                    if v:
+                        xs.append(j + (2 * i + k - (2 * len(esp_paths) - 1) / 2) * width)
+                        ys.append(v)
+                bars = cyc.bar(xs, ys, width, color=COLORS.get(p), hatch=hatch, edgecolor="black",
+                               linewidth=0.5, label=LABELS.get(p, p) if k == 0 else None)
+                for b, v in zip(bars, ys):
+                    cyc.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom",
+                                 fontsize=6, xytext=(0, 1), textcoords="offset points")
+        top = max((v for p in esp_paths for t, _ in TESTS for v in cycles(p, t).values() if v), default=0)
+        if top:
+            cyc.set_ylim(0, top * 1.3)  # room for the legend above the bars
+        cyc.set_xticks(range(len(TESTS)))
+        cyc.set_xticklabels([label for _, label in TESTS])
+        mhz = report.get("cpu_clock_mhz")
+        cyc.set_ylabel("CPU cycles per ESP packet\n(gateway CPU time x clock / ESP sent + received)", fontsize=8)
+        cyc.set_title(f"espgw gateways: gwA solid, gwB hatched; clock {mhz:.0f} MHz (/proc/cpuinfo)" if mhz
+                      else "espgw gateways: gwA solid, gwB hatched", fontsize=9)
+        cyc.grid(axis="y", alpha=0.3)
+        cyc.legend(fontsize=8, loc="upper left", ncol=min(len(esp_paths), 3))
 
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)

@@ -27,12 +27,24 @@
 # the congestion control stated in BENCH_CC (default cubic, per socket: the host
 # default here is bbr, which retransmits heavily on these paths); ping under load (every
 # 0.2 s from lanA to lanB while the lanA→lanB -P4 run goes on); CPU use of the gateway
-# processes and of the whole machine during each run. A tunnel path is only measured
-# after a ping has gone through its tunnel device (the gateways have no other route
-# between the LANs).
+# processes and of the whole machine during each run; for espgw's paths (static SAs and
+# under charon), CPU cycles per ESP packet of each gateway in each run (below). A tunnel
+# path is only measured after a ping has gone through its tunnel device (the gateways
+# have no other route between the LANs).
+#
+# CPU cycles per ESP packet (paths[P].tests[RUN].cycles_per_esp_packet = {"gwA": N, "gwB": N}
+# beside gbit_s, the counts and CPU seconds under .esp; null for plain, libipsec and
+# wireguard-go): the espgw process's CPU time over the run (utime + stime of
+# /proc/PID/stat, read before and after it) times the CPU clock (cpu MHz of processor 0 in
+# /proc/cpuinfo, in the JSON as cpu_clock_mhz: perf's hardware counters are not available
+# in this VM), divided by the ESP packets that gateway sent plus received during the run,
+# as espgw counts them: the packet counters of its outbound and inbound SAs (espgwctl
+# --json sas on its control socket, read right before and after the run). Not the
+# interfaces' counters: with UDP GSO/GRO and TSO the kernel counts super-packets. The
+# static-SA paths give espgw a control socket for this (no charon uses it).
 #
 # Writes bench/results/site_to_site.json, prints a table with the ratios the project's
-# targets name (docs/performance.md), and draws
+# targets name (docs/performance.md) and the cycles per ESP packet, and draws
 # docs/img/site_to_site.png with bench/plot_site_to_site.py.
 #
 # Usage: bench/site_to_site_bench.sh            (as root)
@@ -54,8 +66,10 @@
 #                           (BENCH_OUT with .json replaced by -profile.txt). perf costs
 #                           throughput: take the throughput figures from a run without it.
 #   ESPGW=path/to/espgw     default build/s2sbench/daemon/espgw, built if absent
-#   ESPGWCTL=path/to/espgwctl   (espgw-charon) default: the espgwctl of ESPGW's build tree,
-#                           BUILD/daemon/espgwctl (built if absent in build/s2sbench)
+#   ESPGWCTL=path/to/espgwctl   (every espgw path: the SA counters; espgw-charon) default:
+#                           the espgwctl of ESPGW's build tree, BUILD/daemon/espgwctl
+#                           (built if absent in build/s2sbench; without it the static-SA
+#                           paths run, with no cycles per ESP packet)
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
 #                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
 #   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: the CPUs divided
@@ -146,7 +160,7 @@ for PATH_NAME in "${PATHS[@]}"; do
   mkdir -p "$PATH_RESULTS"
   : >"$PATH_RESULTS/started"
   log "=== path $PATH_NAME ==="
-  GW_PIDS=()
+  GW_PIDS=() GW_CTLS=()
   set +e
   (
     set -e

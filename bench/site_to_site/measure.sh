@@ -35,6 +35,24 @@ cpu_snapshot() {  # one line: uptime, /proc/stat busy and total jiffies, then gw
   echo "$line"
 }
 
+# The ESP packets of a run, as espgw counts them: its SAs' packet counters (an outbound
+# SA's are the ESP packets the gateway sent, an inbound SA's those it received and
+# accepted). Not the interfaces' counters: with UDP GSO/GRO and TSO the kernel counts
+# super-packets. The report divides the gateway's CPU time by their sum per run.
+esp_snapshot() {  # one JSON line: {"gwA": {"SPI/DST": ["out"|"in", PACKETS], ...}, ...}; null: no answer
+  local entry name ctl sas line=""
+  for entry in "${GW_CTLS[@]}"; do
+    name=${entry%%:*} ctl=${entry#*:}
+    sas=$(timeout 10 "$ESPGWCTL" --socket "$ctl" --json sas 2>/dev/null | "$PYTHON" -c '
+import json, sys
+sas = json.load(sys.stdin).get("sas") or {}
+print(json.dumps({k: [v.get("direction"), int(v.get("packets", 0))] for k, v in sas.items()
+                  if isinstance(v, dict) and v.get("direction") in ("out", "in")}))' 2>/dev/null) || sas=""
+    line+="${line:+, }\"$name\": ${sas:-null}"
+  done
+  echo "{$line}"
+}
+
 start_iperf_server() {  # one-shot server in lanB; absolute paths for -I/--logfile (iperf3 -D exits silently without them)
   local pidfile=$WORK/iperf-server.pid
   rm -f "$pidfile"
@@ -53,6 +71,9 @@ run_iperf() {  # run_iperf NAME STREAMS [-R]: one iperf3 run, JSON and CPU use s
     -t "$BENCH_SECONDS" -P "$streams" -C "$BENCH_CC" -J)
   [[ -n $reverse ]] && client+=("$reverse")
   log "  $name: iperf3 -P$streams ${reverse:-} -t $BENCH_SECONDS -C $BENCH_CC"
+  # espgw's SA counters read just outside the CPU interval (a query costs espgw a little
+  # CPU), with no iperf3 traffic between the two readings of either end.
+  esp_snapshot >"$out.esp"
   cpu_snapshot >"$out.cpu"
   # In the background and tracked, so that an interrupt stops it at once (`wait` returns
   # on a trapped signal; a foreground command would first have to finish).
@@ -76,6 +97,7 @@ run_iperf() {  # run_iperf NAME STREAMS [-R]: one iperf3 run, JSON and CPU use s
   fi
   wait "$client_pid" || echo "iperf3 exit status $?" >>"$out.err"
   cpu_snapshot >>"$out.cpu"
+  esp_snapshot >>"$out.esp"
   stop_tracked_iperf_server
   sleep 0.5
 }

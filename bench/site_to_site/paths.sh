@@ -17,10 +17,14 @@ build_s2sbench() {  # build_s2sbench TARGET...: in build/s2sbench, the default b
   ninja -C "$ROOT/build/s2sbench" -j2 "$@" >/dev/null
 }
 
-ensure_espgw() {
-  [[ -x $ESPGW ]] && return 0
-  build_s2sbench espgw
-  [[ -x $ESPGW ]]
+ensure_espgw() {  # espgw, and espgwctl to read its SA counters (cycles per ESP packet)
+  if [[ ! -x $ESPGW || (! -x $ESPGWCTL && $ESPGW_BUILD_DIR == "$ROOT/build/s2sbench") ]]; then
+    build_s2sbench espgw espgwctl || true  # without espgwctl the path still runs
+  fi
+  [[ -x $ESPGW ]] || return 1
+  [[ -x $ESPGWCTL ]] ||
+    log "espgwctl $ESPGWCTL missing (set ESPGWCTL): no ESP packet counts, no cycles per ESP packet"
+  return 0
 }
 
 ensure_charon_tools() {  # espgw, espgwctl and the charon plugin, as absolute paths
@@ -73,13 +77,19 @@ EOS
   for side in a b; do
     local ns=$GWA local_address=$a
     [[ $side == b ]] && ns=$GWB local_address=$b
+    # The control socket only to read the SA counters (ESP packets per run): no charon.
+    local ctl=$WORK/$PATH_NAME-espgw-$side.ctl
     write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_address" \
-      "static-sa-file = $PATH_NAME-static-$side.conf" "$path_lines"
+      "static-sa-file = $PATH_NAME-static-$side.conf"$'\n'"control-socket = $ctl" "$path_lines"
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")
+    GW_CTLS+=("gw${side^^}:$ctl")
     wait_for 5 sh -c "ip -n '$ns' link show espgw0 | grep -q UP" ||
       path_fail "espgw in gw${side^^} did not bring espgw0 up"
+    wait_while_alive 5 "$SPAWNED" test -S "$ctl" ||
+      path_fail "espgw in gw${side^^} did not open its control socket $ctl: $(first_error "$WORK/$PATH_NAME-espgw-$side.log")"
   done
+  meta espgwctl "$ESPGWCTL"
   meta tunnel_interface espgw0
   if [[ -n $path_lines ]]; then
     meta description "espgw, static SAs, AES-128-GCM, ESP in UDP 4500, $path_lines, workers=${PATH_WORKERS:-$ESPGW_WORKERS}, tun-queues=$ESPGW_TUN_QUEUES"
@@ -163,6 +173,7 @@ setup_espgw_charon() {  # setup_espgw_charon [MEMBERS]: MEMBERS > 1 makes an ECM
     write_espgw_conf "$WORK/$PATH_NAME-espgw-$side.conf" "$local_addr" "control-socket = $ctl$ecmp_conf"
     spawn "$WORK/$PATH_NAME-espgw-$side.log" ip netns exec "$ns" "$ESPGW" -c "$WORK/$PATH_NAME-espgw-$side.conf"
     GW_PIDS+=("gw${side^^}:$SPAWNED")
+    GW_CTLS+=("gw${side^^}:$ctl")
     wait_while_alive 10 "$SPAWNED" test -S "$ctl" ||
       path_fail "espgw in gw${side^^} did not open its control socket $ctl: $(first_error "$WORK/$PATH_NAME-espgw-$side.log")"
     fill_template "$STRONGSWAN_TEMPLATES/strongswan-espgw.conf.in" "$WORK/$PATH_NAME-strongswan-$side.conf" \

@@ -41,6 +41,28 @@ def cpu_model():
             return line.split(":", 1)[1].strip()
     return platform.processor()
 
+def cpu_clock():
+    """(MHz, source): "cpu MHz" of processor 0 in /proc/cpuinfo (perf's cycle counter is not
+    available in this VM), else cpufreq's current frequency of cpu0; (None, None) if neither."""
+    processor = None
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "processor":
+                processor = value.strip()
+            elif key == "cpu MHz" and processor == "0":
+                return float(value), "/proc/cpuinfo: cpu MHz of processor 0"
+    except (OSError, ValueError):
+        pass
+    try:
+        khz = int(open("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq").read())
+        return khz / 1000.0, "/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"
+    except (OSError, ValueError):
+        return None, None
+
+CPU_MHZ, CPU_MHZ_SOURCE = cpu_clock()
+
 def parse_ping(path):
     if not os.path.exists(path):
         return None
@@ -63,11 +85,48 @@ def parse_cpu(path):
     total = int(second[2]) - int(first[2])
     out = {"elapsed_s": round(elapsed, 2),
            "machine_busy_pct": round(100.0 * busy / total, 1) if total > 0 else None,
-           "gateways_pct_of_one_cpu": {}}
+           "gateways_pct_of_one_cpu": {}, "gateways_cpu_s": {}}
     for a, b in zip(first[3:], second[3:]):
         name, t0 = a.split(":"); _, t1 = b.split(":")
         if int(t0) >= 0 and int(t1) >= 0 and elapsed > 0:
             out["gateways_pct_of_one_cpu"][name] = round(100.0 * (int(t1) - int(t0)) / clk_tck / elapsed, 1)
+            out["gateways_cpu_s"][name] = round((int(t1) - int(t0)) / clk_tck, 3)
+    return out
+
+def parse_esp(path, cpu):
+    """Per espgw gateway: the ESP packets its SAs sent (outbound SAs) and received (inbound
+    SAs) during the run, from the espgwctl --json sas readings before and after it, and its
+    CPU cycles per ESP packet: CPU time (utime + stime) x CPU_MHZ / (sent + received).
+    None for a path without espgw (no readings)."""
+    try:
+        lines = open(path).read().splitlines()
+        before, after = json.loads(lines[0]), json.loads(lines[1])
+    except Exception:
+        return None
+    if not after:
+        return None
+    out = {}
+    for gw, sas_after in after.items():
+        sas_before = before.get(gw)
+        if sas_after is None or sas_before is None:
+            out[gw] = {"error": "espgwctl --json sas gave no answer " + ("before" if sas_before is None else "after") + " the run",
+                       "cycles_per_esp_packet": None}
+            continue
+        count = {"out": 0, "in": 0}
+        for name, (direction, packets) in sas_after.items():
+            # An SA installed during the run (a rekey) counts from zero.
+            old = sas_before.get(name, [direction, 0])[1]
+            count[direction] += packets - old if packets >= old else packets
+        gw_out = {"esp_packets_sent": count["out"], "esp_packets_received": count["in"]}
+        gone = [n for n in sas_before if n not in sas_after]
+        if gone:  # removed during the run: their last packets are not counted
+            gw_out["sas_removed_during_run"] = len(gone)
+        cpu_s = ((cpu or {}).get("gateways_cpu_s") or {}).get(gw)
+        packets = count["out"] + count["in"]
+        gw_out["cpu_s"] = cpu_s
+        gw_out["cycles_per_esp_packet"] = (round(cpu_s * CPU_MHZ * 1e6 / packets)
+                                           if cpu_s is not None and CPU_MHZ and packets > 0 else None)
+        out[gw] = gw_out
     return out
 
 def parse_iperf(base):
@@ -99,6 +158,11 @@ def parse_iperf(base):
     c = parse_cpu(base + ".cpu")
     if c:
         entry["cpu"] = c
+    esp = parse_esp(base + ".esp", c)
+    # Beside gbit_s: {"gwA": N, "gwB": N} for espgw's paths, null for the others.
+    entry["cycles_per_esp_packet"] = {gw: v.get("cycles_per_esp_packet") for gw, v in esp.items()} if esp else None
+    if esp:
+        entry["esp"] = esp
     return entry
 
 def parse_vici_raw(text):
@@ -213,6 +277,11 @@ report = {
     "ping_under_load": "ping -i 0.2 lanA→lanB during the a_to_b_P4 run, from 1 s after its start",
     "topology": "lanA 10.1.0.2 — gwA 192.0.2.1 — WAN veth 192.0.2.0/24 — gwB 192.0.2.2 — lanB 10.2.0.2, one netns each, " + f"LAN MTU {os.environ.get('BENCH_LAN_MTU', '1500')}, WAN MTU {os.environ.get('BENCH_WAN_MTU', '1500')}",
     "throughput": "iperf3 TCP receiver-side Gbit/s (end.sum_received); a_to_b = lanA→lanB, b_to_a = lanB→lanA (-R)",
+    "cycles_per_esp_packet": "per espgw gateway and run: the espgw process's CPU time (utime + stime, /proc/PID/stat) "
+                             "x cpu_clock_mhz / the ESP packets it sent plus received (its SAs' packet counters, "
+                             "espgwctl --json sas before and after the run); null for paths without espgw",
+    "cpu_clock_mhz": CPU_MHZ,
+    "cpu_clock_source": CPU_MHZ_SOURCE,
     "versions": {
         "iperf3": sh("iperf3 --version | head -1"),
         "strongswan": sh("$CHARON --version 2>&1 | head -1"),
@@ -291,10 +360,13 @@ with open(out_path, "w") as f:
 # ---- table
 def fmt(v, spec="{:.2f}"):
     return spec.format(v) if isinstance(v, (int, float)) else "-"
+def cycles(p, t):  # "3712/3650": gwA/gwB cycles per ESP packet of a run, "-" without espgw
+    c = report["paths"].get(p, {}).get("tests", {}).get(t, {}).get("cycles_per_esp_packet")
+    return "/".join(fmt(c.get(g), "{:.0f}") for g in ("gwA", "gwB")) if c else "-"
 print()
 print(f"site-to-site, {report['date']}, {report['cpu_model']}, {report['cpus']} CPUs, kernel {report['kernel']}")
 print(f"iperf3 TCP -C {cc}, {seconds} s per run; Gbit/s at the receiver; ping median ms (load: during A→B -P4)")
-hdr = f"{'path':<18} {'A→B P1':>8} {'A→B P4':>8} {'B→A P1':>8} {'B→A P4':>8} {'idle ms':>8} {'load ms':>8} {'mtu':>5}  {'gw CPU% A/B (A→B P4)':<22} status"
+hdr = f"{'path':<18} {'A→B P1':>8} {'A→B P4':>8} {'B→A P1':>8} {'B→A P4':>8} {'idle ms':>8} {'load ms':>8} {'mtu':>5}  {'gw CPU% A/B (A→B P4)':<22} {'cyc/ESP A/B (A→B P4)':<22} status"
 print(hdr)
 print("-" * len(hdr))
 for p in paths:
@@ -303,8 +375,19 @@ for p in paths:
     cpu_s = "/".join(fmt(cpu.get(g), "{:.0f}") for g in ("gwA", "gwB")) if cpu else "-"
     status = e["status"] + (": " + e["error"] if e.get("error") else "")
     print(f"{p:<18} " + " ".join(f"{fmt(gbit(p, t)):>8}" for t in tests)
-          + f" {fmt(lat(p, 'ping_idle'), '{:.3f}'):>8} {fmt(lat(p, 'ping_under_load'), '{:.3f}'):>8} {fmt(e.get('tunnel_mtu'), '{}'):>5}  {cpu_s:<22} {status}")
+          + f" {fmt(lat(p, 'ping_idle'), '{:.3f}'):>8} {fmt(lat(p, 'ping_under_load'), '{:.3f}'):>8} {fmt(e.get('tunnel_mtu'), '{}'):>5}  {cpu_s:<22} {cycles(p, 'a_to_b_P4'):<22} {status}")
 print()
+# Cycles per ESP packet for every run of espgw's paths, beside the Gbit/s of the run.
+esp_paths = [p for p in paths if any(report["paths"][p].get("tests", {}).get(t, {}).get("cycles_per_esp_packet") for t in tests)]
+if esp_paths:
+    print(f"CPU cycles per ESP packet, gwA/gwB: espgw's CPU time x {fmt(CPU_MHZ, '{:.0f}')} MHz / ESP packets it sent + received (its SA counters)")
+    hdr2 = f"{'path':<18} " + " ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A '):<29}" for t in tests)
+    print(hdr2)
+    print(f"{'':<18} " + " ".join(f"{'Gbit/s':>6}  {'cyc/ESP A/B':<21}" for t in tests))
+    print("-" * len(hdr2))
+    for p in esp_paths:
+        print(f"{p:<18} " + " ".join(f"{fmt(gbit(p, t)):>6}  {cycles(p, t):<21}" for t in tests))
+    print()
 def ratio_line(key, label):
     print(f"{label:<37} " + "  ".join(f"{t.replace('a_to_b_', 'A→B ').replace('b_to_a_', 'B→A ')} {fmt(summary[key][t]):>5}" for t in tests))
 for mine, prefix in MINE:

@@ -97,3 +97,5 @@ path_fail() {  # inside a path's subshell: record why, show the logs, leave the 
 meta() { printf '%s=%s\n' "$1" "$2" >>"$PATH_RESULTS/meta.txt"; }
 
 GW_PIDS=()  # "gwA:PID" "gwB:PID" of the processes that carry the path's data plane
+# shellcheck disable=SC2034  # used by the sourcing script and measure.sh
+GW_CTLS=()  # "gwA:SOCKET" "gwB:SOCKET": the control sockets of the path's espgw daemons
