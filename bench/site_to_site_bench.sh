@@ -11,7 +11,8 @@
 #                 espgw only when the WAN's MTU exceeds the LANs', e.g. BENCH_WAN_MTU=9000)
 #   espgw-workers espgw with workers on (ESPGW_WORKERS_ON per gateway, default the CPUs
 #                 divided among the gateways, at least one) beside `espgw`, which runs as
-#                 ESPGW_WORKERS says (inline on 2 CPUs): one tunnel, both ways of running it
+#                 ESPGW_WORKERS says (espgw's default auto: inline on 2 CPUs): one tunnel,
+#                 both ways of running it
 #   espgw-charon  espgw managed by strongSwan: two espgw daemons with a control socket
 #                 and two charons with the espgw plugin (LD_PRELOAD), PSK IKEv2 through
 #                 swanctl --initiate, AES-128-GCM, ESP in UDP (encap = yes, like espgw
@@ -72,11 +73,9 @@
 #                           paths run, with no cycles per ESP packet)
 #   PLUGIN=path/to/libstrongswan-espgw.so   (espgw-charon) default: ESPGW's build tree,
 #                           BUILD/vici_bridge/charon_plugin/libstrongswan-espgw.so (likewise)
-#   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: the CPUs divided
-#                           among the two gateways that share them here, or inline (no
-#                           workers, readers run to completion) when that is 1 or less,
-#                           as on 2 vCPUs; 0: one per CPU for each gateway, as espgw
-#                           does by default on a machine of its own
+#   ESPGW_WORKERS=auto ESPGW_TUN_QUEUES=1   espgw.conf settings. auto: espgw's default,
+#                           resolved by espgw from the CPUs it may use (inline on 2 or
+#                           fewer, one worker per CPU from 3); inline, 0 or N as in espgw.conf
 #   ESPGW_EXTRA_CONF="key = value"       more espgw.conf lines (e.g. socket-buffer, pool-packets)
 #
 # Namespaces are named per run (s2s<PID>-<n>-...); everything this script starts is
@@ -92,15 +91,9 @@ BENCH_PING_COUNT=${BENCH_PING_COUNT:-20}
 BENCH_OUT=${BENCH_OUT:-$ROOT/bench/results/site_to_site.json}
 BENCH_PLOT=${BENCH_PLOT-$ROOT/docs/img/site_to_site.png}
 ESPGW_WORKERS=${ESPGW_WORKERS:-auto}
-# Both gateways, both iperf3 ends and the kernel's forwarding share this machine's CPUs.
-# espgw's default (a worker per CPU) is meant for a gateway with a machine of its own;
-# here two of them would each run a worker per CPU and hand packets between more threads
-# than there are CPUs. So: the CPUs divided among the gateways, and no workers (the
-# readers run to completion) when that leaves a gateway one CPU or less.
-if [[ $ESPGW_WORKERS == auto ]]; then
-  ESPGW_WORKERS=$(($(nproc) / 2))
-  ((ESPGW_WORKERS > 1)) || ESPGW_WORKERS=inline
-fi
+# espgw's own default, as a user gets it: workers = auto, which espgw resolves from the
+# CPUs it may use (inline at 2 or fewer, as on this project's VMs; a worker per CPU from
+# 3). The espgw-workers path shows the same tunnel with workers on beside it.
 ESPGW_WORKERS_ON=${ESPGW_WORKERS_ON:-$(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))}
 ESPGW_TUN_QUEUES=${ESPGW_TUN_QUEUES:-1}
 ESPGW=${ESPGW:-$ROOT/build/s2sbench/daemon/espgw}
