@@ -101,7 +101,16 @@ int main(int argc, char** argv) {
   }
   if (options.release) return release_fail_closed(*parsed.config);
   if (options.check_only) {
-    std::fprintf(stderr, "%s: OK\n", config_path.c_str());
+    // What auto chose depends on this machine: say it, so that a check is not read as
+    // the same answer on a gateway with another CPU count.
+    const GatewayConfig& config = *parsed.config;
+    const std::string workers =
+        config.workers_auto
+            ? std::string(config.run_to_completion ? " (workers = auto: inline"
+                                                   : " (workers = auto: one per CPU") +
+                  " for " + std::to_string(usable_cpu_count()) + " CPUs)"
+            : std::string();
+    std::fprintf(stderr, "%s: OK%s\n", config_path.c_str(), workers.c_str());
     return 0;
   }
   apply_core_dump_setting(parsed.config->allow_core_dumps);
