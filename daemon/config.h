@@ -21,7 +21,7 @@ namespace espgw::daemon {
 inline constexpr std::chrono::microseconds kAutoQueueDelayTarget{300};
 // What `socket-buffer = auto` means with workers = inline and with workers
 // (wan_socket_buffer_bytes()).
-inline constexpr size_t kInlineSocketBufferBytes = 1 << 20;
+inline constexpr size_t kInlineSocketBufferBytes = 2 << 20;
 inline constexpr size_t kWorkersSocketBufferBytes = 2 << 20;
 
 // A route-based VPN interface (`interface = IF_ID NAME`): a TUN device of its own for
@@ -90,11 +90,12 @@ struct GatewayConfig {
   std::string crypto_backend = "ipsec-mb";  // or "openssl", the reference backend
   bool pin_workers = false;
   // Bytes per WAN socket and direction (the kernel doubles them for its bookkeeping).
-  // Unset ("auto", wan_socket_buffer_bytes()): with readers running to completion 1 MiB,
-  // about 2 ms of ESP at what one reader drains on a small VM. Their receive queue is the
+  // Unset ("auto", wan_socket_buffer_bytes()): with readers running to completion 2 MiB,
+  // about 4 ms of ESP at what one reader drains on a small VM. Their receive queue is the
   // one that stands under TCP; the queue-delay gate keeps its standing delay short, so the
   // buffer only has to absorb what arrives while the reader is preempted (384 KiB
-  // overflowed then, hundreds of times a run on a 2-vCPU VM; docs/gateway_wan.md). With workers the queue is in the pipeline and a reader only
+  // overflowed then, hundreds of times a run on a 2-vCPU VM, and 1 MiB now and then;
+  // docs/gateway_wan.md). With workers the queue is in the pipeline and a reader only
   // hands packets over, so the buffer only has to outlast the reader being descheduled:
   // 2 MiB, tens of ms at the paced rates of the charon tests.
   std::optional<size_t> socket_buffer_bytes;

@@ -65,6 +65,9 @@ swan a --list-sas 2>/dev/null | indent
 log "espgwctl on gwA (SAs, drop reasons, ECMP group, per-worker load):"
 espgwctl_on a | indent
 
+log "espgwctl sas on gwB (the other end's counters: its inbound SA carried lanA -> lanB):"
+espgwctl_on b sas | indent
+
 log "swanctl --terminate --ike s2s:"
 swan a --terminate --ike s2s --timeout 10 2>/dev/null | grep -E 'deleting|closing|successfully' | indent || true
 sleep 0.5

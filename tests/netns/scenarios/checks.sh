@@ -47,7 +47,7 @@ check_tun_rps() {
 }
 
 # socket-buffer = auto: 2 MiB per WAN socket with workers (the buffer only has to outlast a
-# reader the host holds back), 1 MiB inline (the bursts while a reader is preempted; the
+# reader the host holds back), 2 MiB inline too (the bursts while a reader is preempted; the
 # queue-delay gate keeps the standing queue short); the kernel grants twice that. Read from what espgw logged the kernel granted.
 check_socket_buffer() {
   local label=$1 side granted expected
@@ -55,7 +55,7 @@ check_socket_buffer() {
     granted=$(grep -o 'wan [a-z]* socket: receive buffer [0-9]* bytes (socket-buffer auto' \
       "$WORK/espgw-$side.log" | head -1 | awk '{print $6}')
     expected=$((2 * 2097152))
-    [[ ${WORKERS_SIDE[$side]:-2} == inline ]] && expected=$((2 * 1048576))
+    [[ ${WORKERS_SIDE[$side]:-2} == inline ]] && expected=$((2 * 2097152))
     if [[ $granted == "$expected" ]]; then
       pass "$label gw${side^^} WAN receive buffer (socket-buffer auto, workers ${WORKERS_SIDE[$side]:-2}): $granted bytes"
     else
