@@ -22,6 +22,7 @@ packages=(
   wireguard-go wireguard-tools                    # site-to-site benchmark baseline
   linux-perf                                      # BENCH_PROFILE=1: where the CPU goes
   valgrind                                        # bench/count_pipeline_costs.sh
+  libxdp-dev libbpf-dev                           # bench/wan_transport_bench.sh: AF_XDP on the WAN veth
   groff-base                                      # renders the man pages (docs/man) in a test
   python3-prometheus-client                       # parses espgwctl metrics in a test
 )
