@@ -13,6 +13,13 @@ samples taken while interrupts were off are reported where they are turned back 
 their callers say what the time went to. A chain of only such frames is kernel entry and
 exit. Prints the share of each category per process group (espgw's threads, iperf3,
 other) and of the whole machine.
+
+A second table splits espgw's samples by whose work they are. espgw owns no TCP socket,
+so a sample whose chain holds a TCP frame is the LAN hosts' TCP (the iperf3 receiver's
+segments, the sender's ACK processing and its next transmissions) that the kernel ran in
+softirq on espgw's thread, because a TUN write or a veth transmit raised it there. The
+kernel's tick accounting (no IRQ_TIME_ACCOUNTING) charges that time to espgw's process CPU
+and so to its cycles per ESP packet.
 """
 import sys, re, collections
 # (category, predicate on (symbol, object)), tried on each frame from the leaf up.
@@ -48,6 +55,15 @@ def group(comm):
     if comm == 'iperf3': return 'iperf3'
     if comm == 'swapper': return 'idle'
     return 'other'
+TCP = re.compile(r'^(tcp_|__tcp_|tcp4_|tcp_v4)')
+SOFTIRQ = re.compile(r'^(handle_softirqs|__do_softirq|net_rx_action|do_softirq)$')
+def whose(frames):
+    syms = [s for s,_ in frames]
+    if any(TCP.match(s) for s in syms): return "LAN hosts' TCP, run in espgw's softirq"
+    if any(SOFTIRQ.match(s) for s in syms): return 'other softirq work on espgw threads'
+    return "espgw's own calls and code"
+WHOSE = ["espgw's own calls and code", 'other softirq work on espgw threads', "LAN hosts' TCP, run in espgw's softirq"]
+owner = collections.Counter()
 counts = collections.Counter(); totals = collections.Counter(); n=0
 comm=None; frames=[]
 def flush():
@@ -55,6 +71,7 @@ def flush():
     if comm is None: return
     g=group(comm); c=classify(frames, comm)
     counts[(g,c)]+=1; totals[g]+=1; n+=1
+    if g == 'espgw': owner[whose(frames)] += 1
 source = sys.stdin if len(sys.argv) < 2 or sys.argv[1] == '-' else open(sys.argv[1])
 for line in source:
     if not line.strip():
@@ -71,3 +88,7 @@ for c in cats:
     tot=100*sum(counts[(g,c)] for g in totals)/n
     print('%-26s %7.1f%% %7.1f%% %7.1f%% %7.1f%%' % (c,*row,tot))
 print('samples', n, 'espgw share of machine %.1f%%' % (100*totals['espgw']/n), 'iperf3 %.1f%%' % (100*totals['iperf3']/n), 'idle %.1f%%'%(100*totals['idle']/n))
+print()
+print('%-42s %8s' % ("espgw's samples by whose work", 'share'))
+for w in WHOSE:
+    print('%-42s %7.1f%%' % (w, 100*owner[w]/max(1,totals['espgw'])))
