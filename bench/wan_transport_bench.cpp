@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -108,7 +109,8 @@ struct Round {
   std::atomic<bool> go{false}, stop{false};
   std::atomic<uint64_t> delivered{0}, sent{0};
   std::array<uint8_t, ETH_ALEN> dst_mac{}, src_mac{};
-  std::string error;
+  std::mutex error_mutex;
+  std::string error;  // under error_mutex while the sides run
 };
 
 void wait_for_go(Round& round) {
@@ -334,29 +336,32 @@ struct Result {
   double cycles_per_packet = 0, delivered_share = 0, mpps = 0;
 };
 
+// Runs one side of a round in its own thread. A side that fails stops the round and
+// counts as ready, so that the other side and run_round do not wait for it; the first
+// failure is the round's error.
+template <typename Side>
+std::thread start_side(Side side, const Options& o, Round& round) {
+  return std::thread([side, &o, &round] {
+    try {
+      side(o, round);
+    } catch (const std::exception& e) {
+      {
+        const std::lock_guard lock(round.error_mutex);
+        if (round.error.empty()) round.error = e.what();
+      }
+      round.stop = true;
+      round.ready.fetch_add(1);
+    }
+  });
+}
+
 template <typename Receiver, typename Sender>
 Result run_round(const Options& o, Receiver receiver, Sender sender) {
   Round round;
-  std::thread receiving([&] {
-    try {
-      receiver(o, round);
-    } catch (const std::exception& e) {
-      round.error = e.what();
-      round.stop = true;
-      round.ready.fetch_add(1);
-    }
-  });
+  std::thread receiving = start_side(receiver, o, round);
   // The AF_XDP sender needs the receiver's MAC, read once the receiver has started.
   while (round.ready.load() < 1) std::this_thread::yield();
-  std::thread sending([&] {
-    try {
-      sender(o, round);
-    } catch (const std::exception& e) {
-      round.error = e.what();
-      round.stop = true;
-      round.ready.fetch_add(1);
-    }
-  });
+  std::thread sending = start_side(sender, o, round);
   while (round.ready.load() < 2) std::this_thread::yield();
   round.go = true;
   usleep(300000);  // let the rings, buffers and caches fill before measuring
